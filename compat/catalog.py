@@ -1,0 +1,47 @@
+"""Build things by name (timm-style): a catalog maps names to factories.
+
+An unknown name raises ``UsageError`` listing the known ones, so a typo in params.yaml or on the
+command line tells the user what they could have written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from compat.errors import UsageError
+
+T = TypeVar("T")
+
+
+class Catalog(Generic[T]):
+    """A named collection of factories of one kind (backbones, heads, losses, protocols)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[..., T]] = {}
+
+    def register(self, name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        def decorator(factory: Callable[..., T]) -> Callable[..., T]:
+            if name in self._factories:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._factories[name] = factory
+            return factory
+
+        return decorator
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
+
+    def get(self, name: str) -> Callable[..., T]:
+        try:
+            return self._factories[name]
+        except KeyError:
+            known = ", ".join(self.names())
+            raise UsageError(f"unknown {self.kind} {name!r}; known: {known}") from None
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> T:
+        return self.get(name)(*args, **kwargs)

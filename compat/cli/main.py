@@ -1,0 +1,30 @@
+"""The ``compat`` command line: one typer app, one module per command group.
+
+Command modules import torch, mlflow and faiss inside their commands, so ``compat --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="compat",
+    help="Train, prove and promote backward-compatible embedding models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register_commands() -> None:
+    from compat.cli import data as data_cli
+
+    data_cli.register(app)
+
+
+_register_commands()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

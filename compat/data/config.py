@@ -1,0 +1,50 @@
+"""Params of the ``data`` stage: which image source to use (the ``data:`` section of params.yaml)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from compat.data.render import Distortion
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(32, ge=8, le=112, description="images are resized to size x size")
+    channels: Literal[1, 3] = 1
+
+
+class EmbeddedData(_Base):
+    """The default: kanji rendered offline from the installed KanjiVG strokes."""
+
+    kind: Literal["embedded"] = "embedded"
+    classes: int = Field(2000, ge=2, le=6000)
+    images_per_class: int = Field(20, ge=2)
+    seed: int = 0
+    max_strokes: int = Field(30, ge=1)
+    distortion: Distortion = Distortion()
+    workers: int | None = Field(None, ge=1, description="render processes; default: all cores")
+    cache: str | None = Field(
+        None, description="render cache folder; default $COMPAT_CACHE_DIR or ~/.cache/compat"
+    )
+
+
+class FolderData(_Base):
+    """An image folder: one sub-folder per class under ``root``."""
+
+    kind: Literal["folder"]
+    root: str
+    extensions: list[str] = [".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"]
+
+
+class ManifestData(_Base):
+    """A CSV manifest with the columns ``path,label[,group]``; paths resolve under ``root``."""
+
+    kind: Literal["manifest"]
+    manifest: str
+    root: str | None = Field(None, description="default: the manifest's folder")
+
+
+DataParams = Annotated[EmbeddedData | FolderData | ManifestData, Field(discriminator="kind")]

@@ -1,0 +1,151 @@
+"""Scenarios: how each version's training set relates to its parent's (UniBCT Table 1, BCT, CL2R).
+
+Each scenario is a pydantic params model plus a pure function ``assign`` that, given the training
+pool (classes in a seeded random order, and each class's items in a seeded random order), returns
+one training set per version name: the items it holds and its class order. A class order lists
+classes in the order they were introduced, so a child that extends its parent's classes keeps the
+parent's class indices as a prefix (the fixed d-Simplex head relies on that).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Pool = dict[
+    str, list[str]
+]  # class -> its item ids, in a seeded random order; dict order = class order
+TrainSets = dict[str, tuple[list[str], list[str]]]  # name -> (item ids, class order)
+
+
+class _Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+
+def _take(n: int, frac: float) -> int:
+    """How many of n to keep for a fraction: at least one, at most n."""
+    return min(n, max(1, round(n * frac)))
+
+
+class TwoVersion(_Scenario):
+    """The five UniBCT scenarios: an old and a new training set.
+
+    - extended-data: old = ``old_fraction`` of the images of every class; new = all images.
+    - open-data: old = ``old_fraction`` of the images; new = the other images, same classes.
+    - extended-class: old = ``old_fraction`` of the classes; new = all classes.
+    - open-class: old = ``old_fraction`` of the classes; new = the other classes.
+    - identical-data: new = old = everything.
+    """
+
+    kind: Literal["extended-data", "open-data", "extended-class", "open-class", "identical-data"]
+    old_fraction: float = Field(0.3, gt=0.0, lt=1.0)
+    old: str = "old"
+    new: str = "new"
+
+    def names(self) -> list[str]:
+        return [self.old, self.new]
+
+    def assign(self, pool: Pool) -> TrainSets:
+        classes = list(pool)
+        everything = [i for c in classes for i in pool[c]]
+        if self.kind == "identical-data":
+            return {self.old: (everything, classes), self.new: (list(everything), classes)}
+        if self.kind in ("extended-data", "open-data"):
+            if any(len(v) < 2 for v in pool.values()) and self.kind == "open-data":
+                raise ValueError("open-data needs at least 2 images in every training class")
+            cut = {c: _take(len(v), self.old_fraction) for c, v in pool.items()}
+            if self.kind == "open-data":
+                cut = {c: min(k, len(pool[c]) - 1) for c, k in cut.items()}
+            old = [i for c in classes for i in pool[c][: cut[c]]]
+            new = (
+                everything
+                if self.kind == "extended-data"
+                else [i for c in classes for i in pool[c][cut[c] :]]
+            )
+            return {self.old: (old, classes), self.new: (new, classes)}
+        if len(classes) < 2:
+            raise ValueError(f"{self.kind} needs at least 2 training classes")
+        # The new version must hold classes the old one lacks, so at least one is left out.
+        k = min(_take(len(classes), self.old_fraction), len(classes) - 1)
+        old_cls = classes[:k]
+        new_cls = classes if self.kind == "extended-class" else classes[k:]
+        return {
+            self.old: ([i for c in old_cls for i in pool[c]], old_cls),
+            self.new: ([i for c in new_cls for i in pool[c]], new_cls),
+        }
+
+
+class Chain(_Scenario):
+    """Multi-version chains (BCT's three versions): nested fractions of classes or of images."""
+
+    kind: Literal["chain"]
+    unit: Literal["classes", "data"] = "classes"
+    fractions: dict[str, float] = {"v1": 0.25, "v2": 0.5, "v3": 1.0}
+
+    @model_validator(mode="after")
+    def _check(self) -> Chain:
+        values = list(self.fractions.values())
+        if not values:
+            raise ValueError("fractions: at least one version")
+        if any(not 0 < v <= 1 for v in values):
+            raise ValueError("fractions: each must lie in (0, 1]")
+        if values != sorted(values):
+            raise ValueError("fractions: must not decrease along the chain")
+        return self
+
+    def names(self) -> list[str]:
+        return list(self.fractions)
+
+    def assign(self, pool: Pool) -> TrainSets:
+        classes = list(pool)
+        out: TrainSets = {}
+        for name, frac in self.fractions.items():
+            if self.unit == "classes":
+                cls = classes[: _take(len(classes), frac)]
+                out[name] = ([i for c in cls for i in pool[c]], cls)
+            else:
+                out[name] = (
+                    [i for c in classes for i in pool[c][: _take(len(pool[c]), frac)]],
+                    classes,
+                )
+        return out
+
+
+class Incremental(_Scenario):
+    """Class-incremental task sequences (CL2R): ``initial`` classes, then ``per_task`` new ones
+    per task, each task replaying up to ``memory`` images of every class seen before."""
+
+    kind: Literal["incremental"]
+    initial: int = Field(10, ge=1)
+    per_task: int = Field(5, ge=1)
+    tasks: int = Field(5, ge=1, description="number of tasks, the initial one included")
+    memory: int = Field(0, ge=0, description="replay images kept per earlier class")
+    prefix: str = "t"
+
+    def names(self) -> list[str]:
+        return [f"{self.prefix}{t}" for t in range(1, self.tasks + 1)]
+
+    def assign(self, pool: Pool) -> TrainSets:
+        classes = list(pool)
+        need = self.initial + self.per_task * (self.tasks - 1)
+        if need > len(classes):
+            raise ValueError(
+                f"incremental needs {need} training classes, the pool has {len(classes)}"
+            )
+        out: TrainSets = {}
+        seen: list[str] = []
+        for t, name in enumerate(self.names()):
+            lo = 0 if t == 0 else self.initial + self.per_task * (t - 1)
+            hi = self.initial + self.per_task * t
+            new_cls = classes[lo:hi]
+            replay = [i for c in seen for i in pool[c][: self.memory]]
+            out[name] = (replay + [i for c in new_cls for i in pool[c]], seen + new_cls)
+            seen = seen + new_cls
+        return out
+
+
+Scenario = Annotated[TwoVersion | Chain | Incremental, Field(discriminator="kind")]

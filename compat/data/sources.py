@@ -1,0 +1,267 @@
+"""Image sources: the embedded glyphs, an image folder, a CSV manifest.
+
+The ``data`` stage turns a source's params into ``data/source.json``: the list of items
+(id, label, group), the image size and channels, where the pixels live, and a fingerprint of
+the content. Every later stage opens the source through that file with ``open_source``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from compat.data.config import DataParams, EmbeddedData, FolderData, ManifestData
+from compat.errors import BadInputError, NotFoundError
+from compat.io import atomic_path, fingerprint, write_json
+
+SOURCE_FILE = "source.json"
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    label: str
+    group: str | None = None
+
+
+class Source:
+    """A set of labelled images addressed by item id."""
+
+    def __init__(
+        self,
+        kind: str,
+        items: list[Item],
+        image_size: int,
+        channels: int,
+        fingerprint: str,
+        root: Path,
+        images_file: Path | None = None,
+    ) -> None:
+        self.kind = kind
+        self.items = items
+        self.image_size = image_size
+        self.channels = channels
+        self.fingerprint = fingerprint
+        self.root = root
+        self._images_file = images_file
+        self._array: np.ndarray | None = None
+        self._index = {item.id: i for i, item in enumerate(items)}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __contains__(self, item_id: object) -> bool:
+        return item_id in self._index
+
+    @property
+    def in_memory(self) -> bool:
+        """True when pixels come from one array file (the embedded glyphs), not image files."""
+        return self._images_file is not None
+
+    def path_of(self, item_id: str) -> Path:
+        """The file an item is read from (image folders and manifests)."""
+        return self.root / item_id
+
+    def load(self, ids: Sequence[str]) -> np.ndarray:
+        """Pixels of the given items: uint8 (n, H, W, C)."""
+        try:
+            rows = [self._index[i] for i in ids]
+        except KeyError as err:
+            raise NotFoundError(f"item {err.args[0]!r} is not in the {self.kind} source") from None
+        if self._images_file is not None:
+            if self._array is None:
+                self._array = np.load(self._images_file, mmap_mode="r", allow_pickle=False)
+            return np.ascontiguousarray(self._array[np.asarray(rows, dtype=np.int64)])
+        out = np.empty((len(ids), self.image_size, self.image_size, self.channels), np.uint8)
+        for k, item_id in enumerate(ids):
+            out[k] = read_image(self.path_of(item_id), self.image_size, self.channels)
+        return out
+
+    def describe(self) -> dict:
+        labels = {item.label for item in self.items}
+        return {
+            "kind": self.kind,
+            "items": len(self.items),
+            "classes": len(labels),
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def read_image(path: Path, size: int, channels: int) -> np.ndarray:
+    """Decode one image file into uint8 (size, size, channels); a corrupt file names itself."""
+    try:
+        with Image.open(path) as img:
+            img = img.convert("L" if channels == 1 else "RGB")
+            if img.size != (size, size):
+                img = img.resize((size, size), Image.Resampling.BILINEAR)
+            arr = np.asarray(img, dtype=np.uint8)
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: image file not found") from None
+    except (UnidentifiedImageError, OSError, ValueError) as err:
+        raise BadInputError(f"{path}: unreadable or corrupt image ({err})") from None
+    return arr[:, :, None] if channels == 1 else arr
+
+
+def _check_images(root: Path, items: list[Item], size: int, channels: int) -> str:
+    """Decode every image once (reporting all corrupt files) and return a content digest."""
+    digest = hashlib.sha256()
+    bad = []
+    for item in items:
+        path = root / item.id
+        try:
+            data = path.read_bytes()
+            read_image(path, size, channels)
+        except (BadInputError, NotFoundError, OSError) as err:
+            bad.append(str(err))
+            continue
+        digest.update(f"{item.id}\0{item.label}\0{item.group}\0".encode())
+        digest.update(hashlib.sha256(data).digest())
+    if bad:
+        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+        raise BadInputError(f"{len(bad)} unreadable image(s): " + "; ".join(bad[:3]) + more)
+    return digest.hexdigest()[:16]
+
+
+def scan_folder(params: FolderData) -> tuple[Path, list[Item]]:
+    """Items of an image folder: ``root/<class>/<file>``; ids are paths relative to root."""
+    root = Path(params.root)
+    if not root.is_dir():
+        raise NotFoundError(f"{root}: image folder not found (data.root)")
+    exts = {e.lower() for e in params.extensions}
+    items: list[Item] = []
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise BadInputError(f"{root}: no class sub-folders (data.root)")
+    for cls in classes:
+        files = sorted(f for f in cls.rglob("*") if f.is_file() and f.suffix.lower() in exts)
+        if not files:
+            raise BadInputError(f"{cls}: empty class: no image with extension {sorted(exts)}")
+        items.extend(Item(f.relative_to(root).as_posix(), cls.name) for f in files)
+    return root, items
+
+
+def read_manifest(params: ManifestData) -> tuple[Path, list[Item]]:
+    """Items of a CSV manifest ``path,label[,group]``; a path escaping the root is rejected."""
+    manifest = Path(params.manifest)
+    if not manifest.is_file():
+        raise NotFoundError(f"{manifest}: manifest not found (data.manifest)")
+    root = Path(params.root) if params.root is not None else manifest.parent
+    if not root.is_dir():
+        raise NotFoundError(f"{root}: manifest root not found (data.root)")
+    real_root = root.resolve()
+    items: list[Item] = []
+    seen: set[str] = set()
+    with open(manifest, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields = reader.fieldnames or []
+        missing = [c for c in ("path", "label") if c not in fields]
+        if missing:
+            raise BadInputError(f"{manifest}: header: missing column(s) {missing}")
+        extra = [c for c in fields if c not in ("path", "label", "group")]
+        if extra:
+            raise BadInputError(f"{manifest}: header: unknown column(s) {extra}")
+        for line, row in enumerate(reader, start=2):
+            path, label = (row.get("path") or "").strip(), (row.get("label") or "").strip()
+            if not path or not label:
+                raise BadInputError(f"{manifest}:{line}: path and label must not be empty")
+            resolved = (root / path).resolve()
+            if not resolved.is_relative_to(real_root):
+                raise BadInputError(f"{manifest}:{line}: path {path!r} escapes the root {root}")
+            item_id = resolved.relative_to(real_root).as_posix()
+            if item_id in seen:
+                raise BadInputError(f"{manifest}:{line}: path {path!r} is listed twice")
+            seen.add(item_id)
+            group = (row.get("group") or "").strip() or None
+            items.append(Item(item_id, label, group))
+    if not items:
+        raise BadInputError(f"{manifest}: no rows")
+    return real_root, items
+
+
+def _cache_dir(params: EmbeddedData) -> Path:
+    if params.cache:
+        return Path(params.cache)
+    env = os.environ.get("COMPAT_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "compat"
+
+
+def build_source(params: DataParams, out_dir: str | os.PathLike[str] = "data") -> Source:
+    """Materialise a source from its params into ``out_dir`` (the data stage's work)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta: dict = {"kind": params.kind, "image_size": params.size, "channels": params.channels}
+    if isinstance(params, EmbeddedData):
+        from compat.data.embedded import (
+            cached_render,
+            embedded_fingerprint,
+            render_dataset,
+            select_codepoints,
+        )
+
+        gen = params.model_dump(exclude={"workers", "cache", "kind"})
+        fp = embedded_fingerprint(gen)
+        codepoints = select_codepoints(params.classes, params.seed, params.max_strokes)
+
+        def render() -> np.ndarray:
+            return render_dataset(
+                codepoints,
+                params.images_per_class,
+                params.seed,
+                params.size,
+                params.channels,
+                params.distortion,
+                params.workers,
+            )
+
+        images = cached_render(_cache_dir(params), fp, render)
+        with atomic_path(out / "glyphs.npy") as tmp, open(tmp, "wb") as f:
+            np.save(f, images, allow_pickle=False)
+        items = [
+            Item(f"{cp:05x}/{i:03d}", chr(cp))
+            for cp in codepoints
+            for i in range(params.images_per_class)
+        ]
+        meta.update(fingerprint=fp, images="glyphs.npy", root=".")
+    else:
+        root, items = (
+            scan_folder(params) if isinstance(params, FolderData) else read_manifest(params)
+        )
+        digest = _check_images(root, items, params.size, params.channels)
+        fp = fingerprint({"content": digest, "size": params.size, "channels": params.channels})
+        meta.update(fingerprint=fp, root=os.path.relpath(root.resolve(), out.resolve()))
+    meta["items"] = [[it.id, it.label, it.group] for it in items]
+    write_json(out / SOURCE_FILE, meta, indent=None)
+    return open_source(out / SOURCE_FILE)
+
+
+def open_source(path: str | os.PathLike[str] = f"data/{SOURCE_FILE}") -> Source:
+    """Open the source a ``data`` stage wrote."""
+    path = Path(path)
+    if not path.exists():
+        raise NotFoundError(f"{path}: no data source; run the data stage first (dvc repro data)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        items = [Item(i, lab, grp) for i, lab, grp in meta["items"]]
+        root = (path.parent / meta["root"]).resolve()
+        images = path.parent / meta["images"] if meta.get("images") else None
+        return Source(
+            meta["kind"],
+            items,
+            int(meta["image_size"]),
+            int(meta["channels"]),
+            meta["fingerprint"],
+            root,
+            images,
+        )
+    except (KeyError, ValueError, TypeError) as err:
+        raise BadInputError(f"{path}: malformed source description ({err!r})") from None

@@ -1,0 +1,259 @@
+"""The ``split`` stage's work: training manifests per version and the held-out evaluation set.
+
+Evaluation classes are drawn first and never enter any training set (open-set evaluation, as in
+every paper compat follows). Each evaluation class is divided into query and gallery items (every
+gallery class has an item; every mated query has a positive in the gallery); a fraction of the
+evaluation classes put all their items in the query set: their queries are the non-mated probes of
+the open-set protocol. Verification pairs are balanced (half same class, half different).
+
+Manifests are JSON with sorted keys and carry fingerprints, so the same seed gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from compat.data.scenarios import Chain, Scenario
+from compat.data.sources import Source
+from compat.errors import BadInputError, NotFoundError
+from compat.io import fingerprint, write_json
+
+
+class EvalSplit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    classes: int = Field(1000, ge=2, description="classes held out for evaluation")
+    query_fraction: float = Field(
+        0.5, gt=0.0, lt=1.0, description="share of a class's items in the query set"
+    )
+    open_set_fraction: float = Field(
+        0.1, ge=0.0, lt=1.0, description="share of evaluation classes with no gallery item"
+    )
+    pairs: int = Field(6000, ge=2, description="verification pairs, half of them same-class")
+
+
+class SplitParams(BaseModel):
+    """The ``split:`` section of params.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    train_classes: int | None = Field(
+        None, ge=1, description="cap on the training pool; default: every non-evaluation class"
+    )
+    eval: EvalSplit = EvalSplit()
+    scenarios: list[Scenario] = Field(default_factory=lambda: [Chain(kind="chain")])
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SplitParams:
+        names = [n for s in self.scenarios for n in s.names()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"training set names used twice across scenarios: {dup}")
+        if "eval" in names:
+            raise ValueError("'eval' is reserved for the evaluation set")
+        return self
+
+
+class TrainManifest(BaseModel):
+    """One version's training set. ``classes`` is the head's class order (index = class id)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    scenario: str
+    fingerprint: str
+    source_fingerprint: str
+    classes: list[str]
+    items: list[str]
+    labels: list[str]
+
+    def targets(self) -> list[int]:
+        index = {c: i for i, c in enumerate(self.classes)}
+        return [index[label] for label in self.labels]
+
+
+class EvalManifest(BaseModel):
+    """The held-out evaluation set; ``query``, ``gallery`` and ``pairs`` index into ``items``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fingerprint: str
+    source_fingerprint: str
+    items: list[str]
+    labels: list[str]
+    query: list[int]
+    gallery: list[int]
+    nonmated_classes: list[str]
+    pairs: list[tuple[int, int, bool]]
+
+
+def _fingerprinted(cls: type[BaseModel], body: dict) -> BaseModel:
+    return cls(**body, fingerprint=fingerprint(body))
+
+
+def _class_items(source: Source) -> dict[str, list[str]]:
+    by_class: dict[str, list[str]] = defaultdict(list)
+    for item in source.items:
+        by_class[item.label].append(item.id)
+    return by_class
+
+
+def _eval_set(
+    by_class: dict[str, list[str]],
+    classes: list[str],
+    p: EvalSplit,
+    rng: np.random.Generator,
+    source_fp: str,
+) -> EvalManifest:
+    n_open = round(len(classes) * p.open_set_fraction)
+    open_cls = set(classes[:n_open])
+    items: list[str] = []
+    labels: list[str] = []
+    query: list[int] = []
+    gallery: list[int] = []
+    for c in sorted(classes):
+        ids = sorted(by_class[c])
+        ids = [ids[i] for i in rng.permutation(len(ids))]
+        if c in open_cls:
+            n_query = len(ids)
+        elif len(ids) == 1:
+            n_query = 0  # a single image can only serve as a gallery item
+        else:
+            n_query = min(len(ids) - 1, max(1, round(len(ids) * p.query_fraction)))
+        for k, item in enumerate(ids):
+            (query if k < n_query else gallery).append(len(items))
+            items.append(item)
+            labels.append(c)
+    pairs = _pairs(labels, p.pairs, rng)
+    body = {
+        "source_fingerprint": source_fp,
+        "items": items,
+        "labels": labels,
+        "query": query,
+        "gallery": gallery,
+        "nonmated_classes": sorted(open_cls),
+        "pairs": pairs,
+    }
+    return _fingerprinted(EvalManifest, body)  # type: ignore[return-value]
+
+
+def _pairs(labels: list[str], count: int, rng: np.random.Generator) -> list[tuple[int, int, bool]]:
+    """Balanced verification pairs, distinct, sampled with a seeded RNG."""
+    by_class: dict[str, list[int]] = defaultdict(list)
+    for i, c in enumerate(labels):
+        by_class[c].append(i)
+    multi = [v for v in by_class.values() if len(v) >= 2]
+    n_pos_max = sum(len(v) * (len(v) - 1) // 2 for v in multi)
+    n_pos = min(count // 2, n_pos_max)
+    n_neg = count - n_pos
+    if not multi or len(by_class) < 2:
+        raise ValueError("verification pairs need a class with 2 items and at least 2 classes")
+    out: set[tuple[int, int, bool]] = set()
+    n = len(labels)
+    tries = 0
+    while len(out) < n_pos and tries < 50 * count:
+        tries += 1
+        members = multi[rng.integers(len(multi))]
+        a, b = rng.choice(len(members), size=2, replace=False)
+        i, j = sorted((members[a], members[b]))
+        out.add((int(i), int(j), True))
+    while len(out) < n_pos + n_neg and tries < 100 * count:
+        tries += 1
+        i, j = sorted(int(x) for x in rng.integers(n, size=2))
+        if labels[i] != labels[j]:
+            out.add((i, j, False))
+    return sorted(out)
+
+
+def build_split(
+    source: Source, params: SplitParams
+) -> tuple[dict[str, TrainManifest], EvalManifest]:
+    """Every training manifest and the evaluation manifest, deterministic for ``params.seed``."""
+    by_class = _class_items(source)
+    rng = np.random.default_rng([params.seed, 0x5E])
+    names = sorted(by_class)
+    order = [names[i] for i in rng.permutation(len(names))]
+    n_eval = params.eval.classes
+    if len(order) < n_eval + 2:
+        raise BadInputError(
+            f"split.eval.classes: {n_eval} evaluation classes leave fewer than 2 training classes "
+            f"(the source has {len(order)})"
+        )
+    eval_cls, pool_cls = order[:n_eval], order[n_eval:]
+    if params.train_classes is not None:
+        pool_cls = pool_cls[: params.train_classes]
+    eval_manifest = _eval_set(
+        by_class,
+        eval_cls,
+        params.eval,
+        np.random.default_rng([params.seed, 0xE7]),
+        source.fingerprint,
+    )
+
+    item_rng = np.random.default_rng([params.seed, 0x17])
+    pool = {}
+    for c in pool_cls:
+        ids = sorted(by_class[c])
+        pool[c] = [ids[i] for i in item_rng.permutation(len(ids))]
+    label_of = {it.id: it.label for it in source.items}
+    manifests: dict[str, TrainManifest] = {}
+    for scenario in params.scenarios:
+        try:
+            sets = scenario.assign(pool)
+        except ValueError as err:
+            raise BadInputError(f"split.scenarios ({scenario.kind}): {err}") from None
+        for name, (ids, classes) in sets.items():
+            rank = {c: k for k, c in enumerate(classes)}
+            ids = sorted(ids, key=lambda i: (rank[label_of[i]], i))
+            body = {
+                "name": name,
+                "scenario": scenario.kind,
+                "source_fingerprint": source.fingerprint,
+                "classes": classes,
+                "items": ids,
+                "labels": [label_of[i] for i in ids],
+            }
+            manifests[name] = _fingerprinted(TrainManifest, body)  # type: ignore[assignment]
+    return manifests, eval_manifest
+
+
+def write_split(
+    out_dir: str | os.PathLike[str],
+    manifests: dict[str, TrainManifest],
+    eval_manifest: EvalManifest,
+) -> None:
+    out = Path(out_dir)
+    for name, m in manifests.items():
+        write_json(out / f"{name}.json", m.model_dump(), indent=None)
+    write_json(out / "eval.json", eval_manifest.model_dump(), indent=None)
+
+
+def _load(cls: type[BaseModel], path: str | os.PathLike[str]) -> BaseModel:
+    path = Path(path)
+    if not path.exists():
+        raise NotFoundError(
+            f"{path}: manifest not found; run the split stage first (dvc repro split)"
+        )
+    try:
+        return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as err:
+        raise BadInputError(f"{path}: not JSON ({err})") from None
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise BadInputError(f"{path}: {field}: {first['msg']}") from None
+
+
+def load_train_manifest(path: str | os.PathLike[str]) -> TrainManifest:
+    return _load(TrainManifest, path)  # type: ignore[return-value]
+
+
+def load_eval_manifest(path: str | os.PathLike[str] = "splits/eval.json") -> EvalManifest:
+    return _load(EvalManifest, path)  # type: ignore[return-value]

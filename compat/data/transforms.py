@@ -1,0 +1,23 @@
+"""The one image -> tensor conversion shared by training and evaluation.
+
+Images travel through compat as uint8 arrays of shape (n, H, W, C). Models see float tensors of
+shape (n, C, H, W) scaled to [-1, 1]. ``TRANSFORM_ID`` names this conversion in embedding-cache
+keys, so a cache entry made under another conversion is never reused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+TRANSFORM_ID = "u8-nhwc/127.5-1"
+
+
+def to_tensor(images: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """uint8 (n, H, W, C) -> float32 (n, C, H, W) in [-1, 1]."""
+    t = torch.as_tensor(images)
+    if t.dtype != torch.uint8 or t.ndim != 4:
+        raise ValueError(
+            f"expected uint8 images of shape (n, H, W, C), got {t.dtype} {tuple(t.shape)}"
+        )
+    return t.permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)

@@ -1,0 +1,45 @@
+"""DVC stage ``split``: training manifests per version and the evaluation set, validated.
+
+Writes ``splits/<name>.json`` for every training set the scenarios in params.yaml ``split`` name,
+and ``splits/eval.json``. Data expectations (Great Expectations) run before anything is written;
+a violation fails the stage with the list of failed expectations.
+Usage: ``python stages/split.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from compat.data.expectations import validate_split
+from compat.data.sources import open_source
+from compat.data.split import build_split, write_split
+from compat.errors import CompatError
+from compat.params import load_params
+
+
+def main() -> int:
+    try:
+        params = load_params()
+        source = open_source("data/source.json")
+        manifests, eval_manifest = build_split(source, params.split)
+        validate_split(source, params.split, manifests, eval_manifest)
+    except CompatError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return err.exit_code
+    out = Path("splits")
+    shutil.rmtree(out, ignore_errors=True)  # a renamed training set must not leave a stale file
+    write_split(out, manifests, eval_manifest)
+    for name, m in manifests.items():
+        print(f"split: {name} ({m.scenario}): {len(m.items)} items, {len(m.classes)} classes")
+    ev = eval_manifest
+    print(
+        f"split: eval: {len(ev.items)} items in {len(set(ev.labels))} classes, {len(ev.query)} queries "
+        f"({len(ev.nonmated_classes)} non-mated classes), {len(ev.gallery)} gallery, {len(ev.pairs)} pairs"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

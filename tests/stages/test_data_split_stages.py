@@ -1,0 +1,70 @@
+"""The real data and split stages, run as DVC runs them (a subprocess in the project folder)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+PARAMS = """
+data:
+  kind: embedded
+  classes: 30
+  images_per_class: 4
+  size: 16
+  workers: 1
+  cache: {cache}
+split:
+  eval:
+    classes: 10
+    pairs: 40
+  scenarios:
+    - kind: chain
+      fractions: {{v1: 0.5, v2: 1.0}}
+"""
+
+
+def _run(stage: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "stages" / f"{stage}.py")],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_data_then_split(tmp_path: Path):
+    (tmp_path / "params.yaml").write_text(PARAMS.format(cache=tmp_path / "cache"))
+    r = _run("data", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "120 items in 30 classes" in r.stdout
+    r = _run("split", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "splits").iterdir()) == [
+        "eval.json",
+        "v1.json",
+        "v2.json",
+    ]
+    v2 = json.loads((tmp_path / "splits/v2.json").read_text())
+    assert len(v2["classes"]) == 20 and v2["source_fingerprint"]
+    first = (tmp_path / "splits/eval.json").read_bytes()
+    assert _run("split", tmp_path).returncode == 0
+    assert (tmp_path / "splits/eval.json").read_bytes() == first
+
+
+def test_bad_params_fail_with_exit_4_and_one_line(tmp_path: Path):
+    (tmp_path / "params.yaml").write_text("data:\n  kind: embedded\n  clases: 3\n")
+    r = _run("data", tmp_path)
+    assert r.returncode == 4
+    assert r.stderr.strip().splitlines() == [
+        "error: params.yaml: data.clases: Extra inputs are not permitted"
+    ]
+    assert not (tmp_path / "data" / "source.json").exists()
+
+
+def test_split_without_data_is_not_found(tmp_path: Path):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    r = _run("split", tmp_path)
+    assert r.returncode == 3
+    assert "run the data stage first" in r.stderr
