@@ -1,0 +1,181 @@
+"""``compat score``: evaluation protocols on your own embeddings (two .npz files).
+
+Registered on the main app by ``score.register(app)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import typer
+
+from compat.cli.common import exit_on_error
+
+HELP = (
+    "Score query embeddings against gallery embeddings with the evaluation protocols.\n\n"
+    "Each file is an .npz archive (numpy.savez) holding `embeddings` (n x d real numbers) and "
+    "`labels` (n integers: the identity of each row); optional `ids` (n strings) name the "
+    "items. Rows are L2-normalised first (cosine similarity) unless --no-normalize is given, "
+    "in which case raw inner products are used. Every metric is a fraction in [0, 1].\n\n"
+    "identification: top1, top5, top10, mAP, mAP@100 over the whole gallery. Queries whose "
+    "label has no gallery row are skipped. Ties count against the query (pessimistic).\n\n"
+    "open-set: tpir@fpir=0.1, tpir@fpir=0.01. Queries whose label occurs in the gallery are "
+    "mated probes; queries whose label is absent from the gallery are the non-mated probes "
+    "that set the threshold.\n\n"
+    "verification: tar@far=0.1, tar@far=0.01, tar@far=0.001. Pairs are (query row, gallery "
+    "row), genuine when the labels are equal. If there are at most --max-pairs such pairs, all "
+    "of them are used; otherwise a sample seeded by --seed: all genuine pairs up to half of "
+    "--max-pairs (else a uniform sample of that many) plus uniformly drawn impostor pairs to "
+    "fill --max-pairs. TAR is read at the lowest threshold whose FAR does not exceed the "
+    "target (no interpolation).\n\n"
+    "Leave-one-out: when --query and --gallery are the same file, each row is left out of its "
+    "own ranking and pairs (by index). When both files carry `ids`, a gallery row with the "
+    "query's id is left out likewise (the same item embedded by two models).\n\n"
+    "Exit codes: 0 success; 2 usage (unknown protocol); 3 a file is missing; 4 bad input "
+    "(unreadable archive, missing key, empty array, NaN or inf, non-integer labels, rows and "
+    "labels of different lengths, query and gallery of different dimensions)."
+)
+
+
+def score(
+    query: Path = typer.Option(..., "--query", "-q", help="Query embeddings (.npz)."),
+    gallery: Path = typer.Option(..., "--gallery", "-g", help="Gallery embeddings (.npz)."),
+    protocol: list[str] = typer.Option(
+        None,
+        "--protocol",
+        "-p",
+        help="identification, open-set or verification; repeat for several (default: all).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
+    normalize: bool = typer.Option(
+        True, "--normalize/--no-normalize", help="L2-normalise rows (cosine similarity)."
+    ),
+    max_pairs: int = typer.Option(
+        1_000_000, "--max-pairs", min=2, help="Verification pairs to use at most."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed for sampled verification pairs."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+) -> None:
+    with exit_on_error():
+        flat, notes, counts = _score(
+            query, gallery, protocol or None, normalize, max_pairs, seed, device
+        )
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        if as_json:
+            payload = {k: (v if math.isfinite(v) else None) for k, v in flat.items()}
+            sys.stdout.write(json.dumps(payload) + "\n")
+        else:
+            _print_table(flat, counts, query, gallery)
+
+
+def _score(
+    query_path: Path,
+    gallery_path: Path,
+    protocols: list[str] | None,
+    normalize: bool,
+    max_pairs: int,
+    seed: int,
+    device: str,
+) -> tuple[dict[str, float], list[str], dict[str, dict[str, int]]]:
+    import numpy as np
+
+    from compat.errors import BadInputError
+    from compat.evaluate.bundle import load_bundle
+    from compat.evaluate.config import PROTOCOL_NAMES
+    from compat.evaluate.protocols import create_protocols, evaluate_sets
+
+    names = list(dict.fromkeys(protocols or PROTOCOL_NAMES))
+    built = create_protocols(names, max_pairs=max_pairs, seed=seed)  # unknown name: exit 2
+    q = load_bundle(query_path)
+    g = load_bundle(gallery_path)
+    if q.dim != g.dim:
+        raise BadInputError(
+            f"{query_path}: embeddings: dimension {q.dim} does not match {gallery_path} "
+            f"dimension {g.dim}"
+        )
+    q_emb = _normalized(q.embeddings, query_path) if normalize else q.embeddings
+    g_emb = _normalized(g.embeddings, gallery_path) if normalize else g.embeddings
+
+    exclude = None
+    if query_path.resolve() == gallery_path.resolve():
+        exclude = np.arange(len(q), dtype=np.int64)
+    elif q.ids is not None and g.ids is not None:
+        position = {item: i for i, item in reversed(list(enumerate(g.ids)))}
+        ex = np.array([position.get(item, -1) for item in q.ids], dtype=np.int64)
+        exclude = ex if (ex >= 0).any() else None
+
+    results = evaluate_sets(built, q_emb, q.labels, g_emb, g.labels, exclude=exclude, device=device)
+    flat: dict[str, float] = {}
+    counts: dict[str, dict[str, int]] = {}
+    notes: list[str] = []
+    for name, result in results.items():
+        flat.update(result.metrics)
+        counts[name] = result.counts
+    if "identification" in counts and counts["identification"]["valid_queries"] == 0:
+        notes.append("identification undefined: no query label occurs in the gallery")
+    if "open-set" in counts:
+        c = counts["open-set"]
+        if c["non_mated"] == 0:
+            notes.append("open-set undefined: every query label occurs in the gallery")
+        elif c["mated"] == 0:
+            notes.append("open-set undefined: no query label occurs in the gallery")
+    if "verification" in counts:
+        c = counts["verification"]
+        if c["genuine_pairs"] == 0 or c["impostor_pairs"] == 0:
+            notes.append("verification undefined: needs both genuine and impostor pairs")
+    return flat, notes, counts
+
+
+def _normalized(x, path: Path):
+    import numpy as np
+
+    from compat.errors import BadInputError
+
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    zero = np.flatnonzero(norms[:, 0] == 0)
+    if zero.size:
+        raise BadInputError(
+            f"{path}: embeddings: row {int(zero[0])} has zero norm and cannot be "
+            "L2-normalised (use --no-normalize for raw inner products)"
+        )
+    return (x / norms).astype(np.float32)
+
+
+def _print_table(
+    flat: dict[str, float], counts: dict[str, dict[str, int]], query: Path, gallery: Path
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from compat.evaluate.config import PROTOCOL_NAMES
+    from compat.evaluate.protocols import PROTOCOLS
+
+    table = Table(title=f"query {query.name}  vs  gallery {gallery.name}")
+    table.add_column("protocol")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("%", justify="right")
+    for name in PROTOCOL_NAMES:
+        if name not in counts:
+            continue
+        for metric in PROTOCOLS.create(name).metric_names():
+            if metric not in flat:
+                continue
+            v = flat[metric]
+            shown = ("-", "-") if not math.isfinite(v) else (f"{v:.4f}", f"{100 * v:.2f}")
+            table.add_row(name, metric, *shown)
+        table.add_section()
+    caption = "; ".join(
+        f"{name}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.items())
+        for name, c in counts.items()
+    )
+    table.caption = caption
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("score", help=HELP)(score)

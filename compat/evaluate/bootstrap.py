@@ -1,0 +1,167 @@
+"""Seeded bootstrap over queries (or probes, or pairs): confidence intervals for M and for
+paired differences such as M(new, old) - M(old, old).
+
+A resample is a row of unit multiplicities (how often each query was drawn), so every metric
+of every cell is recomputed for a whole block of resamples with a few matrix operations on the
+per-unit statistics a :class:`~compat.evaluate.protocols.ProtocolResult` keeps: no ranking or
+search is repeated. All cells of one protocol share the same resamples, so a difference
+between two cells is computed per resample ("paired"), as a gate on M(new, old) > M(old, old)
+needs: the two cells are measured on the same queries and their noise largely cancels.
+
+Intervals are percentile intervals (Efron); resamples where a metric is undefined (e.g. no
+non-mated probe drawn) are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from compat.evaluate.metrics import max_count
+
+if TYPE_CHECKING:
+    from compat.evaluate.protocols import ProtocolResult
+
+DEFAULT_RESAMPLES = 1000
+# Bound on one block of resample weights (elements), about 32 MB of int64.
+_BLOCK_ELEMENTS = 4_000_000
+
+
+def resample_counts(n: int, b: int, rng: np.random.Generator) -> np.ndarray:
+    """(b, n) multiplicities of n units in b bootstrap resamples (each row sums to n)."""
+    idx = rng.integers(0, n, size=(b, n), dtype=np.int64)
+    idx += (np.arange(b, dtype=np.int64) * n)[:, None]
+    return np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
+
+
+def weighted_rates_above(
+    scores: np.ndarray,
+    hit: np.ndarray,
+    positive: np.ndarray,
+    negative: np.ndarray,
+    weights: np.ndarray,
+    rates: Sequence[float],
+) -> dict[float, np.ndarray]:
+    """TAR@FAR / TPIR@FPIR for each row of unit multiplicities ``weights`` (b, n), per rate.
+
+    Per row: the threshold is the (a+1)-th largest ``negative`` score counted with
+    multiplicity, a = max_count(rate, total negative weight); the value is the weighted
+    fraction of ``positive`` units that are a ``hit`` and score strictly above it. With all
+    weights 1 this is :func:`compat.evaluate.metrics.impostor_threshold` followed by the
+    count :func:`~compat.evaluate.metrics.tar_at_far` / ``tpir_at_fpir`` make (tested).
+    Sorting once and taking cumulative weights makes every rate cost O(b log n) more.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    b = w.shape[0]
+    neg = np.flatnonzero(negative)
+    pos = np.flatnonzero(positive)
+    out = {r: np.full(b, np.nan) for r in rates}
+    if neg.size == 0 or pos.size == 0:
+        return out
+    neg = neg[np.argsort(-s[neg], kind="stable")]
+    neg_sorted = s[neg]
+    cum_neg = np.cumsum(w[:, neg], axis=1)
+    n_neg = cum_neg[:, -1]
+    pos = pos[np.argsort(-s[pos], kind="stable")]
+    neg_pos_scores = -s[pos]  # ascending, for searchsorted
+    w_pos = w[:, pos]
+    den = w_pos.sum(axis=1)
+    cum_hit = np.cumsum(w_pos * np.asarray(hit, dtype=bool)[pos], axis=1)
+    rows = np.arange(b)
+    ok = (n_neg > 0) & (den > 0)
+    for rate in rates:
+        a = max_count(rate, n_neg)
+        first = (cum_neg < (a + 1)[:, None]).sum(axis=1)
+        thr = neg_sorted[np.minimum(first, neg_sorted.size - 1)]
+        thr = np.where(a >= n_neg, -np.inf, thr)
+        above = np.searchsorted(neg_pos_scores, -thr, side="left")  # positives scoring > thr
+        num = np.where(above > 0, cum_hit[rows, np.maximum(above - 1, 0)], 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[rate] = np.where(ok, num / den, np.nan)
+    return out
+
+
+def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided percentile interval; (nan, nan) if no resample gave a defined value."""
+    x = np.asarray(samples, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return (math.nan, math.nan)
+    lo, hi = np.percentile(x, [50 * (1 - confidence), 50 * (1 + confidence)])
+    return (float(lo), float(hi))
+
+
+def lower_bound(samples: np.ndarray, confidence: float = 0.95) -> float:
+    """One-sided lower confidence bound (the (1 - confidence) quantile)."""
+    x = np.asarray(samples, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    return float(np.percentile(x, 100 * (1 - confidence))) if x.size else math.nan
+
+
+@dataclass
+class Bootstrap:
+    """Resampled metric values: ``samples[key][metric]`` is a (resamples,) array."""
+
+    resamples: int
+    seed: int
+    samples: dict[Hashable, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    def interval(self, key: Hashable, metric: str, confidence: float = 0.95) -> tuple[float, float]:
+        return percentile_interval(self.samples[key][metric], confidence)
+
+    def difference(self, key: Hashable, baseline: Hashable, metric: str) -> np.ndarray:
+        """Per-resample M(key) - M(baseline), both measured on the same resampled units."""
+        return self.samples[key][metric] - self.samples[baseline][metric]
+
+    def difference_interval(
+        self, key: Hashable, baseline: Hashable, metric: str, confidence: float = 0.95
+    ) -> tuple[float, float]:
+        return percentile_interval(self.difference(key, baseline, metric), confidence)
+
+    def difference_lower_bound(
+        self, key: Hashable, baseline: Hashable, metric: str, confidence: float = 0.95
+    ) -> float:
+        return lower_bound(self.difference(key, baseline, metric), confidence)
+
+
+def bootstrap(
+    results: Mapping[Hashable, ProtocolResult],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    stream: str = "",
+) -> Bootstrap:
+    """Resample the units shared by ``results`` (cells of one protocol) ``resamples`` times.
+
+    ``results`` maps a key (e.g. a (query, gallery) version pair) to a ProtocolResult; all of
+    them must have the same number of units in the same order. ``stream`` (e.g. the protocol
+    name) gives each protocol its own reproducible random stream for a given ``seed``.
+    """
+    boot = Bootstrap(resamples=resamples, seed=seed)
+    if not results or resamples <= 0:
+        return boot
+    units = {r.units for r in results.values()}
+    if len(units) != 1:
+        raise ValueError(f"cells disagree on the number of resampling units: {sorted(units)}")
+    n = units.pop()
+    rng = np.random.default_rng([seed, zlib.crc32(stream.encode("utf-8"))])
+    parts: dict[Hashable, dict[str, list[np.ndarray]]] = {k: {} for k in results}
+    if n == 0:
+        return boot
+    block = max(1, min(resamples, _BLOCK_ELEMENTS // n))
+    for start in range(0, resamples, block):
+        # float64 once per block: every metric is a weighted sum over units.
+        weights = resample_counts(n, min(block, resamples - start), rng).astype(np.float64)
+        for key, result in results.items():
+            for metric, values in result.resample(weights).items():
+                parts[key].setdefault(metric, []).append(values)
+    boot.samples = {
+        key: {metric: np.concatenate(v) for metric, v in per.items()} for key, per in parts.items()
+    }
+    return boot

@@ -1,0 +1,104 @@
+"""The ``evaluate:`` section of params.yaml (import-light: pydantic only, no torch).
+
+Example::
+
+    evaluate:
+      chain: [v1, v2, v3]           # versions in deployment order
+      paragon: {v2: v2-paragon}     # version -> its paragon (trained without compatibility)
+      protocols: [identification, open-set, verification]
+      bootstrap: 1000
+      seed: 0
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PROTOCOL_NAMES = ("identification", "open-set", "verification")
+
+
+class EvaluateConfig(BaseModel):
+    """Parameters of the ``evaluate`` stage; an unknown key is an error, not a silent default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chain: list[str] = Field(
+        min_length=1, description="versions in deployment order; M[q][g] for g at or before q"
+    )
+    paragon: dict[str, str] = Field(
+        default_factory=dict,
+        description="version -> its paragon (new* trained without compatibility, self-tested)",
+    )
+    protocols: list[str] = Field(default_factory=lambda: list(PROTOCOL_NAMES))
+    bootstrap: int = Field(1000, ge=0, description="bootstrap resamples over queries; 0: none")
+    confidence: float = Field(0.95, gt=0.0, lt=1.0, description="level of reported intervals")
+    seed: int = 0
+    full_square: bool = Field(False, description="also evaluate old queries on newer galleries")
+    strict_ac: bool = Field(True, description="AC counts M[i][j] > M[j][j] (False: >=)")
+    batch_size: int = Field(512, ge=1, description="images per forward pass when embedding")
+    chunk_size: int | None = Field(None, ge=1, description="queries per score chunk (auto)")
+    device: str | None = Field(None, description="cpu, cuda, cuda:N; default: CUDA if present")
+    top_k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1)
+    map_k: int = Field(100, ge=1)
+    far: list[float] = Field(default_factory=lambda: [0.1, 0.01, 0.001], min_length=1)
+    fpir: list[float] = Field(default_factory=lambda: [0.1, 0.01], min_length=1)
+    cmc_ranks: int = Field(20, ge=1, description="ranks in the CMC plot data")
+
+    @field_validator("chain")
+    @classmethod
+    def _unique_chain(cls, chain: list[str]) -> list[str]:
+        dup = sorted({v for v in chain if chain.count(v) > 1})
+        if dup:
+            raise ValueError(f"versions listed twice: {', '.join(dup)}")
+        return chain
+
+    @field_validator("protocols")
+    @classmethod
+    def _known_protocols(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n not in PROTOCOL_NAMES]
+        if unknown:
+            raise ValueError(f"unknown protocol {unknown[0]!r}; known: {', '.join(PROTOCOL_NAMES)}")
+        if len(set(names)) != len(names):
+            raise ValueError("a protocol is listed twice")
+        return names
+
+    @field_validator("top_k")
+    @classmethod
+    def _positive_ks(cls, ks: list[int]) -> list[int]:
+        if any(k < 1 for k in ks):
+            raise ValueError("top-k values must be >= 1")
+        return ks
+
+    @field_validator("far", "fpir")
+    @classmethod
+    def _rates(cls, rates: list[float]) -> list[float]:
+        if any(not 0.0 < r < 1.0 for r in rates):
+            raise ValueError("rates must lie strictly between 0 and 1")
+        return rates
+
+    @model_validator(mode="after")
+    def _paragons_name_chain_versions(self) -> EvaluateConfig:
+        for version, paragon in self.paragon.items():
+            if version not in self.chain:
+                raise ValueError(f"paragon: {version!r} is not in the chain {self.chain}")
+            if paragon == version:
+                raise ValueError(f"paragon: {version!r} cannot be its own paragon")
+        return self
+
+    def versions(self) -> list[str]:
+        """Every version to embed: the chain, then the paragons (each once)."""
+        out = list(self.chain)
+        for p in self.paragon.values():
+            if p not in out:
+                out.append(p)
+        return out
+
+    def protocol_options(self) -> dict[str, object]:
+        return {
+            "ks": tuple(self.top_k),
+            "map_k": self.map_k,
+            "cmc_ranks": self.cmc_ranks,
+            "fars": tuple(self.far),
+            "fpirs": tuple(self.fpir),
+            "seed": self.seed,
+        }

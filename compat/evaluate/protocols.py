@@ -1,0 +1,542 @@
+"""Evaluation protocols, built by name: ``identification``, ``open-set``, ``verification``.
+
+A protocol turns query embeddings (made by version q) and gallery embeddings (made by version
+g) into the metrics of one compatibility-matrix cell M(q, g), plus per-unit statistics that the
+bootstrap resamples (:meth:`ProtocolResult.resample`): per query for identification, per probe
+for open-set, per pair for verification.
+
+* ``identification`` (closed-set 1:N): CMC top-1/5/10, mAP, mAP@100. Queries whose identity
+  has no gallery item are skipped.
+* ``open-set`` (1:N with non-mated probes): TPIR at FPIR 0.1 and 0.01. A probe is *mated* when
+  its identity has a gallery item, *non-mated* otherwise.
+* ``verification`` (1:1): TAR at FAR 0.1, 0.01, 0.001 over pairs (a, b) where a is embedded by
+  the query version and b by the gallery version.
+
+Two ways in:
+
+* :func:`evaluate_manifest` for the pipeline's evaluation set (``splits/eval.json``): query and
+  gallery are the manifest's index lists, verification uses the manifest's pairs.
+* :func:`evaluate_sets` for two arbitrary labelled sets (``compat score``). Verification pairs
+  are then formed from the labels by :func:`label_pairs` (documented there).
+
+Both rank each query's gallery once and share the ranking between identification and
+open-set.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from typing import Protocol as TypingProtocol
+
+import numpy as np
+
+from compat.catalog import Catalog
+from compat.evaluate import metrics as M
+from compat.evaluate.search import iter_scores, pair_scores
+
+DEFAULT_MAX_PAIRS = 1_000_000
+
+
+class ProtocolResult(ABC):
+    """Metrics of one cell plus the per-unit statistics needed to recompute them on resamples."""
+
+    protocol: str
+    metrics: dict[str, float]
+    counts: dict[str, int]
+    curves: dict[str, list[float]]
+
+    @property
+    @abstractmethod
+    def units(self) -> int:
+        """How many resampling units (queries, probes or pairs) the metrics average over."""
+
+    @abstractmethod
+    def resample(self, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """Every metric recomputed for each row of ``weights`` (b, units) of unit multiplicities."""
+
+
+@dataclass
+class IdentificationResult(ProtocolResult):
+    stats: M.RankStats
+    ks: tuple[int, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    protocol: str = "identification"
+
+    @property
+    def units(self) -> int:
+        return len(self.stats)
+
+    def resample(self, weights: np.ndarray) -> dict[str, np.ndarray]:
+        st = self.stats
+        names = [*(M.top_key(k) for k in self.ks), "mAP", M.map_at_key(st.k)]
+        # One (units x metrics) matrix, so all metrics cost a single matrix product.
+        columns = [st.valid & (st.first_rank <= k) for k in self.ks]
+        columns += [np.nan_to_num(st.ap), np.nan_to_num(st.ap_at_k), st.valid]
+        sums = np.asarray(weights, dtype=np.float64) @ np.stack(columns, axis=1).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = sums[:, :-1] / sums[:, -1:]
+        return {name: values[:, i] for i, name in enumerate(names)}
+
+
+@dataclass
+class OpenSetResult(ProtocolResult):
+    top_score: np.ndarray  # (n,) best gallery score of each probe
+    correct: np.ndarray  # (n,) rank-1 item has the probe's identity
+    mated: np.ndarray  # (n,) the probe's identity is in the gallery
+    fpirs: tuple[float, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    protocol: str = "open-set"
+
+    @property
+    def units(self) -> int:
+        return int(self.top_score.shape[0])
+
+    def resample(self, weights: np.ndarray) -> dict[str, np.ndarray]:
+        from compat.evaluate.bootstrap import weighted_rates_above
+
+        values = weighted_rates_above(
+            self.top_score, self.correct & self.mated, self.mated, ~self.mated, weights, self.fpirs
+        )
+        return {M.tpir_key(f): values[f] for f in self.fpirs}
+
+
+@dataclass
+class VerificationResult(ProtocolResult):
+    scores: np.ndarray  # (m,) pair scores
+    same: np.ndarray  # (m,) genuine pair
+    fars: tuple[float, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    protocol: str = "verification"
+
+    @property
+    def units(self) -> int:
+        return int(self.scores.shape[0])
+
+    def resample(self, weights: np.ndarray) -> dict[str, np.ndarray]:
+        from compat.evaluate.bootstrap import weighted_rates_above
+
+        values = weighted_rates_above(
+            self.scores, self.same, self.same, ~self.same, weights, self.fars
+        )
+        return {M.tar_key(f): values[f] for f in self.fars}
+
+
+class Protocol(ABC):
+    """One evaluation procedure; instances are built by name from :data:`PROTOCOLS`."""
+
+    name: ClassVar[str]
+    uses_ranking: ClassVar[bool] = False
+
+    @abstractmethod
+    def metric_names(self) -> list[str]: ...
+
+    def from_ranking(self, stats: M.RankStats) -> ProtocolResult:
+        raise NotImplementedError(f"{self.name} does not work from a gallery ranking")
+
+    def evaluate(
+        self,
+        query: np.ndarray,
+        query_labels: np.ndarray,
+        gallery: np.ndarray,
+        gallery_labels: np.ndarray,
+        *,
+        exclude: np.ndarray | None = None,
+        chunk_size: int | None = None,
+        device: str | None = None,
+    ) -> ProtocolResult:
+        """Evaluate two labelled sets (query version, gallery version)."""
+        return evaluate_sets(
+            [self],
+            query,
+            query_labels,
+            gallery,
+            gallery_labels,
+            exclude=exclude,
+            chunk_size=chunk_size,
+            device=device,
+        )[self.name]
+
+
+PROTOCOLS: Catalog[Protocol] = Catalog("protocol")
+
+
+@PROTOCOLS.register("identification")
+class Identification(Protocol):
+    """Closed-set 1:N search: CMC top-k, mAP over the whole gallery, mAP@k (GLDv2)."""
+
+    name = "identification"
+    uses_ranking = True
+
+    def __init__(
+        self, ks: Sequence[int] = M.TOP_KS, map_k: int = M.MAP_K, cmc_ranks: int = 20
+    ) -> None:
+        self.ks = tuple(int(k) for k in ks)
+        self.map_k = int(map_k)
+        self.cmc_ranks = int(cmc_ranks)
+
+    def metric_names(self) -> list[str]:
+        return [*(M.top_key(k) for k in self.ks), "mAP", M.map_at_key(self.map_k)]
+
+    def from_ranking(self, stats: M.RankStats) -> IdentificationResult:
+        return IdentificationResult(
+            stats=stats,
+            ks=self.ks,
+            metrics=M.identification_metrics(stats, self.ks),
+            counts={"queries": len(stats), "valid_queries": int(stats.valid.sum())},
+            curves={"cmc": M.cmc_from_ranks(stats.first_rank, self.cmc_ranks).tolist()},
+        )
+
+
+@PROTOCOLS.register("open-set")
+class OpenSet(Protocol):
+    """Open-set 1:N: TPIR at FPIR; non-mated probes (identity not in the gallery) set the bar."""
+
+    name = "open-set"
+    uses_ranking = True
+
+    def __init__(self, fpirs: Sequence[float] = M.FPIRS) -> None:
+        self.fpirs = tuple(float(f) for f in fpirs)
+
+    def metric_names(self) -> list[str]:
+        return [M.tpir_key(f) for f in self.fpirs]
+
+    def from_ranking(self, stats: M.RankStats) -> OpenSetResult:
+        correct = stats.first_rank == 1
+        mated = stats.valid
+        return OpenSetResult(
+            top_score=stats.top_score,
+            correct=correct,
+            mated=mated,
+            fpirs=self.fpirs,
+            metrics={
+                M.tpir_key(f): M.tpir_at_fpir(stats.top_score, correct, mated, f)
+                for f in self.fpirs
+            },
+            counts={"mated": int(mated.sum()), "non_mated": int((~mated).sum())},
+        )
+
+
+@PROTOCOLS.register("verification")
+class Verification(Protocol):
+    """1:1 verification: TAR at FAR, ROC from scikit-learn (no interpolation)."""
+
+    name = "verification"
+
+    def __init__(
+        self,
+        fars: Sequence[float] = M.FARS,
+        max_pairs: int = DEFAULT_MAX_PAIRS,
+        seed: int = 0,
+    ) -> None:
+        self.fars = tuple(float(f) for f in fars)
+        self.max_pairs = int(max_pairs)
+        self.seed = int(seed)
+
+    def metric_names(self) -> list[str]:
+        return [M.tar_key(f) for f in self.fars]
+
+    def from_pair_scores(self, scores: np.ndarray, same: np.ndarray) -> VerificationResult:
+        s = np.asarray(scores, dtype=np.float64)
+        y = np.asarray(same, dtype=bool)
+        return VerificationResult(
+            scores=s,
+            same=y,
+            fars=self.fars,
+            metrics={M.tar_key(f): M.tar_at_far(s, y, f) for f in self.fars},
+            counts={"genuine_pairs": int(y.sum()), "impostor_pairs": int((~y).sum())},
+        )
+
+    def evaluate_pairs(
+        self,
+        first: np.ndarray,
+        second: np.ndarray,
+        first_index: np.ndarray,
+        second_index: np.ndarray,
+        same: np.ndarray,
+    ) -> VerificationResult:
+        """Pairs (first[first_index[i]], second[second_index[i]]) with genuine flags ``same``."""
+        return self.from_pair_scores(
+            indexed_pair_scores(first, second, first_index, second_index), same
+        )
+
+
+def indexed_pair_scores(
+    a: np.ndarray, b: np.ndarray, ia: np.ndarray, ib: np.ndarray, chunk: int = 65536
+) -> np.ndarray:
+    """``a[ia[i]] . b[ib[i]]`` for every i, gathering one bounded chunk of rows at a time."""
+    ia = np.asarray(ia, dtype=np.int64)
+    ib = np.asarray(ib, dtype=np.int64)
+    out = np.empty(ia.shape[0], dtype=np.float32)
+    for s in range(0, ia.shape[0], chunk):
+        out[s : s + chunk] = pair_scores(a[ia[s : s + chunk]], b[ib[s : s + chunk]])
+    return out
+
+
+def create_protocols(names: Iterable[str], **options: Any) -> list[Protocol]:
+    """Build protocols by name; ``options`` go to each constructor that accepts them."""
+    import inspect
+
+    out = []
+    for name in names:
+        factory = PROTOCOLS.get(name)
+        accepted = inspect.signature(factory).parameters
+        out.append(factory(**{k: v for k, v in options.items() if k in accepted}))
+    return out
+
+
+# ------------------------------------------------------------------ shared ranking
+
+
+def ranking(
+    query: np.ndarray,
+    query_labels: np.ndarray,
+    gallery: np.ndarray,
+    gallery_labels: np.ndarray,
+    *,
+    exclude: np.ndarray | None = None,
+    map_k: int = M.MAP_K,
+    chunk_size: int | None = None,
+    device: str | None = None,
+) -> M.RankStats:
+    """Rank the whole gallery for every query, one chunk of scores at a time."""
+    ql = np.asarray(query_labels)
+    gl = np.asarray(gallery_labels)
+    ex = None if exclude is None else np.asarray(exclude, dtype=np.int64)
+    # Gallery rows grouped by label, so each query's positives are looked up, not searched for.
+    order = np.argsort(gl, kind="stable")
+    sorted_gl = gl[order]
+    parts = []
+    for start, scores in iter_scores(query, gallery, chunk_size=chunk_size, device=device):
+        stop = start + scores.shape[0]
+        lab = ql[start:stop]
+        lo = np.searchsorted(sorted_gl, lab, side="left")
+        count = np.searchsorted(sorted_gl, lab, side="right") - lo
+        rows = np.repeat(np.arange(stop - start), count)
+        offset = np.arange(rows.size) - np.repeat(np.cumsum(count) - count, count)
+        cols = order[np.repeat(lo, count) + offset]
+        if ex is not None:
+            # The chunk is ours: leave each query's own item out in place (-inf, not positive).
+            own = ex[start:stop]
+            has = np.flatnonzero(own >= 0)
+            scores[has, own[has]] = -np.inf
+            keep = cols != own[rows]
+            rows, cols = rows[keep], cols[keep]
+        parts.append(M.rank_stats_from_positives(scores, rows, cols, k=map_k))
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return M.RankStats(empty, empty, np.zeros(0), np.zeros(0), np.zeros(0), map_k)
+    return M.RankStats.concat(parts)
+
+
+def evaluate_sets(
+    protocols: Sequence[Protocol],
+    query: np.ndarray,
+    query_labels: np.ndarray,
+    gallery: np.ndarray,
+    gallery_labels: np.ndarray,
+    *,
+    exclude: np.ndarray | None = None,
+    chunk_size: int | None = None,
+    device: str | None = None,
+) -> dict[str, ProtocolResult]:
+    """Run ``protocols`` on two labelled sets; identification and open-set share one ranking.
+
+    ``exclude[i]`` is the gallery row that holds query ``i``'s own item (-1: none); it is left
+    out of the ranking and out of verification pairs (leave-one-out by index).
+    """
+    out: dict[str, ProtocolResult] = {}
+    stats = None
+    for p in protocols:
+        if p.uses_ranking:
+            if stats is None:
+                map_k = next((q.map_k for q in protocols if isinstance(q, Identification)), 100)
+                stats = ranking(
+                    query,
+                    query_labels,
+                    gallery,
+                    gallery_labels,
+                    exclude=exclude,
+                    map_k=map_k,
+                    chunk_size=chunk_size,
+                    device=device,
+                )
+            out[p.name] = p.from_ranking(stats)
+        elif isinstance(p, Verification):
+            qi, gi, same = label_pairs(
+                query_labels, gallery_labels, exclude=exclude, max_pairs=p.max_pairs, seed=p.seed
+            )
+            out[p.name] = p.evaluate_pairs(query, gallery, qi, gi, same)
+        else:  # pragma: no cover - a new protocol kind must say how it evaluates
+            raise TypeError(f"protocol {p.name!r} has no evaluation path")
+    return out
+
+
+# ------------------------------------------------------------------ pairs from labels
+
+
+def label_pairs(
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    *,
+    exclude: np.ndarray | None = None,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Verification pairs (query row, gallery row, genuine) formed from two labelled sets.
+
+    * If there are at most ``max_pairs`` query x gallery pairs, every pair is used: the result
+      is exact and involves no randomness.
+    * Otherwise a seeded sample: genuine pairs (same label) are all kept if they fit in half of
+      ``max_pairs``, else that many are drawn uniformly without replacement; impostor pairs
+      (different labels) are drawn uniformly without replacement to fill ``max_pairs``.
+    * A query's own item (``exclude``) never forms a pair with it.
+
+    Pairs are returned sorted by (query row, gallery row).
+    """
+    ql = np.asarray(query_labels)
+    gl = np.asarray(gallery_labels)
+    nq, ng = ql.shape[0], gl.shape[0]
+    ex = np.full(nq, -1, dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64)
+    if nq * ng <= max_pairs:
+        qi = np.repeat(np.arange(nq, dtype=np.int64), ng)
+        gi = np.tile(np.arange(ng, dtype=np.int64), nq)
+        keep = gi != ex[qi]
+        qi, gi = qi[keep], gi[keep]
+        return qi, gi, ql[qi] == gl[gi]
+
+    rng = np.random.default_rng([seed, 0x5A1])
+    gq, gg = _genuine_pairs(ql, gl, ex, max_pairs // 2, rng)
+    n_imp = max_pairs - gq.shape[0]
+    iq, ig = _impostor_pairs(ql, gl, ex, n_imp, rng)
+    qi = np.concatenate([gq, iq])
+    gi = np.concatenate([gg, ig])
+    order = np.lexsort((gi, qi))
+    qi, gi = qi[order], gi[order]
+    return qi, gi, ql[qi] == gl[gi]
+
+
+def _genuine_pairs(
+    ql: np.ndarray, gl: np.ndarray, ex: np.ndarray, cap: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Same-label pairs, all of them or ``cap`` drawn uniformly without replacement."""
+    q_order = np.argsort(ql, kind="stable")
+    g_order = np.argsort(gl, kind="stable")
+    sq, sg = ql[q_order], gl[g_order]
+    classes = np.intersect1d(sq, sg)
+    q_lo = np.searchsorted(sq, classes, side="left")
+    g_lo = np.searchsorted(sg, classes, side="left")
+    n_q = np.searchsorted(sq, classes, side="right") - q_lo
+    n_g = np.searchsorted(sg, classes, side="right") - g_lo
+    sizes = n_q * n_g  # one block of n_q x n_g pairs per shared label
+    total = int(sizes.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    draw = np.arange(total) if total <= cap else np.sort(rng.choice(total, cap, replace=False))
+    ends = np.cumsum(sizes)
+    block = np.searchsorted(ends, draw, side="right")
+    offset = draw - (ends[block] - sizes[block])
+    qi = q_order[q_lo[block] + offset // n_g[block]]
+    gi = g_order[g_lo[block] + offset % n_g[block]]
+    keep = gi != ex[qi]
+    return qi[keep], gi[keep]
+
+
+def _impostor_pairs(
+    ql: np.ndarray, gl: np.ndarray, ex: np.ndarray, need: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``need`` different-label pairs drawn uniformly without replacement (rejection sampling)."""
+    nq, ng = ql.shape[0], gl.shape[0]
+    chosen = np.zeros(0, dtype=np.int64)
+    for _ in range(64):
+        if chosen.size >= need:
+            break
+        lin = rng.integers(0, nq * ng, size=2 * (need - chosen.size) + 16, dtype=np.int64)
+        qi, gi = lin // ng, lin % ng
+        ok = (ql[qi] != gl[gi]) & (gi != ex[qi])
+        # Keep first occurrences in draw order so the sample stays uniform.
+        merged = np.concatenate([chosen, lin[ok]])
+        _, first = np.unique(merged, return_index=True)
+        chosen = merged[np.sort(first)]
+    chosen = chosen[:need]
+    return chosen // ng, chosen % ng
+
+
+# ------------------------------------------------------------------- the manifest
+
+
+class EvalSetLike(TypingProtocol):
+    """What :func:`evaluate_manifest` reads from ``compat.data.split.EvalManifest``."""
+
+    items: list[str]
+    labels: list[str]
+    query: list[int]
+    gallery: list[int]
+    pairs: list[tuple[int, int, bool]]
+
+
+def label_codes(labels: Sequence[str]) -> np.ndarray:
+    """Class names -> int64 codes (sorted order), for label comparisons in NumPy."""
+    return np.unique(np.asarray(labels, dtype=np.str_), return_inverse=True)[1].astype(np.int64)
+
+
+def evaluate_manifest(
+    manifest: EvalSetLike,
+    query_embeddings: np.ndarray,
+    gallery_embeddings: np.ndarray,
+    protocols: Sequence[Protocol],
+    *,
+    chunk_size: int | None = None,
+    device: str | None = None,
+    codes: np.ndarray | None = None,
+) -> dict[str, ProtocolResult]:
+    """One matrix cell M(q, g) on the evaluation manifest.
+
+    ``query_embeddings`` / ``gallery_embeddings`` are (len(manifest.items), d) matrices made by
+    versions q and g, rows aligned with ``manifest.items``. Identification and open-set use
+    ``manifest.query`` against ``manifest.gallery``; verification uses ``manifest.pairs`` with
+    the first item of each pair embedded by q and the second by g. An item that is both a query
+    and a gallery entry is left out of its own ranking (by index).
+    """
+    n = len(manifest.items)
+    for name, emb in (("query", query_embeddings), ("gallery", gallery_embeddings)):
+        if emb.shape[0] != n:
+            raise ValueError(f"{name} embeddings have {emb.shape[0]} rows for {n} manifest items")
+    lab = label_codes(manifest.labels) if codes is None else codes
+    q_idx = np.asarray(manifest.query, dtype=np.int64)
+    g_idx = np.asarray(manifest.gallery, dtype=np.int64)
+    out: dict[str, ProtocolResult] = {}
+    ranking_protocols = [p for p in protocols if p.uses_ranking]
+    if ranking_protocols:
+        position = np.full(n, -1, dtype=np.int64)
+        position[g_idx] = np.arange(g_idx.size)
+        exclude = position[q_idx]
+        out.update(
+            evaluate_sets(
+                ranking_protocols,
+                query_embeddings[q_idx],
+                lab[q_idx],
+                gallery_embeddings[g_idx],
+                lab[g_idx],
+                exclude=exclude if (exclude >= 0).any() else None,
+                chunk_size=chunk_size,
+                device=device,
+            )
+        )
+    for p in protocols:
+        if isinstance(p, Verification):
+            pairs = np.asarray(manifest.pairs, dtype=np.int64).reshape(-1, 3)
+            out[p.name] = p.evaluate_pairs(
+                query_embeddings, gallery_embeddings, pairs[:, 0], pairs[:, 1], pairs[:, 2] > 0
+            )
+        elif not p.uses_ranking:  # pragma: no cover
+            raise TypeError(f"protocol {p.name!r} has no manifest evaluation path")
+    return {p.name: out[p.name] for p in protocols}

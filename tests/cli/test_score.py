@@ -1,0 +1,159 @@
+"""``compat score`` through typer's runner: output formats and every documented exit code."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from compat.cli import score as score_cli
+
+app = typer.Typer()
+
+
+@app.callback()
+def _root() -> None:
+    """Test app holding only the score command."""
+
+
+score_cli.register(app)
+runner = CliRunner()
+
+KEYS = [
+    "top1", "top5", "top10", "mAP", "mAP@100",
+    "tpir@fpir=0.1", "tpir@fpir=0.01",
+    "tar@far=0.1", "tar@far=0.01", "tar@far=0.001",
+]  # fmt: skip
+
+
+def _save(path, **arrays):
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return str(path)
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((25, 16))
+    ql = np.repeat(np.arange(25), 4)  # classes 20-24 absent from the gallery: non-mated
+    gl = np.repeat(np.arange(20), 3)
+    q = centers[ql] + 0.7 * rng.standard_normal((ql.size, 16))
+    g = centers[gl] + 0.7 * rng.standard_normal((gl.size, 16))
+    return (
+        _save(tmp_path / "q.npz", embeddings=q.astype(np.float32), labels=ql),
+        _save(tmp_path / "g.npz", embeddings=g, labels=gl),  # float64 is fine
+        tmp_path,
+    )
+
+
+def test_json_is_exactly_one_object_with_reference_keys(files):
+    q, g, _ = files
+    result = runner.invoke(app, ["score", "--query", q, "--gallery", g, "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    data = json.loads(lines[0])
+    assert list(data) == KEYS
+    assert all(0.0 <= v <= 1.0 for v in data.values())
+    assert data["top10"] >= data["top5"] >= data["top1"] > 0.3
+
+
+def test_protocol_selection_and_table_output(files):
+    q, g, _ = files
+    result = runner.invoke(
+        app, ["score", "-q", q, "-g", g, "-p", "verification", "-p", "open-set", "--json"]
+    )
+    assert result.exit_code == 0
+    assert sorted(json.loads(result.stdout)) == sorted(KEYS[5:])
+    table = runner.invoke(app, ["score", "-q", q, "-g", g, "--protocol", "identification"])
+    assert table.exit_code == 0
+    assert "top1" in table.stdout and "mAP@100" in table.stdout and "tar@far" not in table.stdout
+
+
+def test_same_file_is_leave_one_out(files):
+    q, _, _ = files
+    loo = json.loads(
+        runner.invoke(app, ["score", "-q", q, "-g", q, "--json", "-p", "identification"]).stdout
+    )
+    assert loo["top1"] < 1.0  # a query does not find itself
+    assert loo["top1"] > 0.3
+
+
+def test_undefined_metrics_are_null_with_a_note(files):
+    q, _, _tmp = files
+    # Every query label is in the gallery: there is no non-mated probe.
+    result = runner.invoke(app, ["score", "-q", q, "-g", q, "-p", "open-set", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"tpir@fpir=0.1": None, "tpir@fpir=0.01": None}
+    assert "note: open-set undefined" in result.stderr
+
+
+def test_no_normalize_uses_raw_inner_products(files):
+    q, g, tmp = files
+    a = json.loads(
+        runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "-p", "identification"]).stdout
+    )
+    b = json.loads(
+        runner.invoke(
+            app, ["score", "-q", q, "-g", g, "--json", "-p", "identification", "--no-normalize"]
+        ).stdout
+    )
+    assert a != b
+    zero = _save(tmp / "z.npz", embeddings=np.zeros((2, 16)), labels=np.array([0, 1]))
+    result = runner.invoke(app, ["score", "-q", zero, "-g", g])
+    assert result.exit_code == 4 and "zero norm" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"embeddings": np.ones((3, 8)), "labels": np.arange(3)}, "does not match"),
+        ({"embeddings": np.array([[np.nan] * 16]), "labels": np.array([0])}, "NaN or inf"),
+        ({"embeddings": np.ones((0, 16)), "labels": np.array([], int)}, "empty"),
+        ({"labels": np.arange(3)}, "embeddings: missing key"),
+        ({"embeddings": np.ones((3, 16))}, "labels: missing key"),
+        (
+            {"embeddings": np.ones((2, 16)), "labels": np.array([0.5, 1.0])},
+            "labels: not an integer",
+        ),
+        (
+            {"embeddings": np.ones((2, 16)), "labels": np.array(["a", "b"])},
+            "labels: expected integers",
+        ),
+        ({"embeddings": np.ones((3, 16)), "labels": np.arange(2)}, "2 labels for 3"),
+    ],
+)
+def test_bad_input_exits_4_with_one_line(files, arrays, message):
+    _, g, tmp = files
+    bad = _save(tmp / "bad.npz", **arrays)
+    for args in (["-q", bad, "-g", g], ["-q", g, "-g", bad]):
+        result = runner.invoke(app, ["score", *args, "--json"])
+        assert result.exit_code == 4, (args, result.output)
+        assert result.stdout == ""
+        err = result.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+
+
+def test_missing_file_exits_3(files):
+    q, _, tmp = files
+    result = runner.invoke(app, ["score", "-q", q, "-g", str(tmp / "missing.npz")])
+    assert result.exit_code == 3
+    assert result.stderr.strip() == f"error: {tmp / 'missing.npz'}: file not found"
+
+
+def test_unknown_protocol_exits_2(files):
+    q, g, _ = files
+    result = runner.invoke(app, ["score", "-q", q, "-g", g, "-p", "ranking"])
+    assert result.exit_code == 2
+    assert "unknown protocol 'ranking'" in result.stderr
+
+
+def test_help_documents_pairs_and_non_mated_probes():
+    result = runner.invoke(app, ["score", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "non-mated" in text and "--max-pairs" in text and "genuine" in text

@@ -1,0 +1,188 @@
+"""The chain evaluation end to end on synthetic embeddings, the files it writes, and the
+runner with a fake model."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from compat.evaluate.cache import EmbeddingCache
+from compat.evaluate.config import EvaluateConfig
+from compat.evaluate.report import evaluate_chain, flat_metrics, write_report
+from compat.evaluate.runner import data_fingerprint, run_evaluation
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def synthetic(n_classes=60, per=6, d=16, seed=0):
+    """v1 noisy, v2 less noisy in the same space (compatible), v2p a rotated paragon
+    (better, incompatible), v3 independent of everything (random rotation)."""
+    rng = np.random.default_rng(seed)
+    labels = [f"c{c:03d}" for c in range(n_classes) for _ in range(per)]
+    n = len(labels)
+    half = per // 2
+    query = [i for i in range(n) if i % per < half]
+    # The first 6 classes have no gallery item: non-mated probes.
+    gallery = [i for i in range(n) if i % per >= half and i // per >= 6]
+    pairs = [(int(a), int(b), labels[a] == labels[b]) for a, b in rng.integers(0, n, (600, 2))]
+    pairs += [(c * per, c * per + 1, True) for c in range(n_classes)]
+    manifest = SimpleNamespace(
+        items=[f"i{k}" for k in range(n)], labels=labels, query=query, gallery=gallery,
+        pairs=pairs, fingerprint="m1",
+    )  # fmt: skip
+    centers = rng.standard_normal((n_classes, d))
+    lab = np.repeat(np.arange(n_classes), per)
+    rot = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    base = centers[lab]
+    emb = {
+        "v1": _unit(base + 1.1 * rng.standard_normal((n, d))),
+        "v2": _unit(base + 0.7 * rng.standard_normal((n, d))),
+        "v2p": _unit((base + 0.4 * rng.standard_normal((n, d))) @ rot),
+    }
+    return manifest, emb
+
+
+def test_report_structure_gains_and_intervals():
+    manifest, emb = synthetic()
+    cfg = EvaluateConfig(chain=["v1", "v2"], paragon={"v2": "v2p"}, bootstrap=200)
+    rep = evaluate_chain(manifest, emb, cfg)
+    assert rep["cells"] == [["v1", "v1"], ["v2", "v1"], ["v2", "v2"], ["v2p", "v2p"]]
+    top1 = rep["matrix"]["identification"]["top1"]
+    assert set(top1) == {"v1", "v2", "v2p"} and "v2" not in top1["v1"]  # lower triangle
+    assert top1["v2"]["v1"] > top1["v1"]["v1"]  # compatible by construction
+    for protocol, by_metric in rep["matrix"].items():
+        for metric, rows in by_metric.items():
+            for q, row in rows.items():
+                for g, value in row.items():
+                    lo, hi = rep["interval"][protocol][metric][q][g]
+                    assert 0.0 <= lo <= value <= hi <= 1.0, (protocol, metric, q, g)
+    gain = rep["gain"]["identification"]["top1"]["v2"]["v1"]
+    expected = (top1["v2"]["v1"] - top1["v1"]["v1"]) / (top1["v2p"]["v2p"] - top1["v1"]["v1"])
+    assert gain["value"] == pytest.approx(expected) and gain["meaningful"]
+    assert gain["paragon"] == "v2p" and gain["interval"][0] <= gain["value"] <= gain["interval"][1]
+    diff = rep["difference"]["identification"]["mAP"]["v2"]["v1"]
+    lo, hi = diff["interval"]
+    assert lo <= diff["value"] <= hi and diff["lower_bound"] >= lo
+    seq = rep["sequence"]["identification"]["top1"]
+    assert seq["ac"] == 1.0 and seq["strict_ac"] is True
+    assert set(rep["counts"]) == {"identification", "open-set", "verification"}
+    assert rep["counts"]["open-set"]["non_mated"] == 18
+    assert len(rep["cmc"]["v2/v1"]) == 20
+    json.dumps(rep, allow_nan=False)  # strict JSON: no NaN anywhere
+
+
+def test_independent_version_fails_and_dimension_mismatch_is_skipped():
+    manifest, emb = synthetic()
+    rng = np.random.default_rng(5)
+    emb["v3"] = _unit(rng.standard_normal(emb["v2"].shape))  # unrelated model
+    emb["v4"] = _unit(rng.standard_normal((emb["v2"].shape[0], 8)))  # other width
+    cfg = EvaluateConfig(chain=["v1", "v3", "v4"], bootstrap=50, protocols=["identification"])
+    rep = evaluate_chain(manifest, emb, cfg)
+    top1 = rep["matrix"]["identification"]["top1"]
+    assert top1["v3"]["v1"] < top1["v1"]["v1"]
+    assert rep["difference"]["identification"]["top1"]["v3"]["v1"]["value"] < 0
+    assert {(s["query"], s["gallery"]) for s in rep["skipped"]} == {("v4", "v1"), ("v4", "v3")}
+    assert "v1" not in top1["v4"] and rep["sequence"]["identification"]["top1"]["ac"] is None
+    with pytest.raises(ValueError, match="no embeddings for version"):
+        evaluate_chain(manifest, emb, EvaluateConfig(chain=["v1", "v9"]))
+
+
+def test_full_square_and_no_bootstrap():
+    manifest, emb = synthetic()
+    cfg = EvaluateConfig(
+        chain=["v1", "v2"], bootstrap=0, full_square=True, protocols=["verification"]
+    )
+    rep = evaluate_chain(manifest, emb, cfg)
+    assert ["v1", "v2"] in rep["cells"]
+    assert (
+        rep["interval"] == {}
+        and "interval" not in rep["difference"]["verification"]["tar@far=0.1"]["v2"]["v1"]
+    )
+
+
+def test_write_report_files_for_dvc(tmp_path):
+    manifest, emb = synthetic()
+    cfg = EvaluateConfig(chain=["v1", "v2"], paragon={"v2": "v2p"}, bootstrap=50)
+    rep = evaluate_chain(manifest, emb, cfg)
+    written = write_report(rep, tmp_path / "metrics", tmp_path / "plots")
+    names = {p.relative_to(tmp_path).as_posix() for p in written}
+    assert {
+        "metrics/compat.json", "metrics/identification.json", "metrics/open-set.json",
+        "metrics/verification.json", "plots/cmc/v1_on_v1.json", "plots/cmc/v2_on_v1.json",
+        "plots/heatmap_identification.png", "plots/cmc.png",
+    } <= names  # fmt: skip
+    ident = json.loads((tmp_path / "metrics/identification.json").read_text())
+    assert ident["M"]["v2"]["v1"]["top1"] == rep["matrix"]["identification"]["top1"]["v2"]["v1"]
+    assert (
+        ident["gain"]["v2"]["v1"]["mAP"]
+        == rep["gain"]["identification"]["mAP"]["v2"]["v1"]["value"]
+    )
+    assert set(ident["sequence"]["top1"]) == {"ac", "aa", "bc", "fc"}
+    curve = json.loads((tmp_path / "plots/cmc/v2_on_v1.json").read_text())
+    assert curve[0] == {"rank": 1, "accuracy": rep["matrix"]["identification"]["top1"]["v2"]["v1"]}
+    assert (tmp_path / "plots/cmc.png").read_bytes()[:4] == b"\x89PNG"
+    assert flat_metrics(rep, "open-set")["M"]["v1"]["v1"].keys() == {
+        "tpir@fpir=0.1",
+        "tpir@fpir=0.01",
+    }
+
+
+class _Fixed(nn.Module):
+    """A fake model: the embedding of an image is a row looked up from its pixel value."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        super().__init__()
+        self.table = torch.from_numpy(table)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        index = ((x[:, 0, 0, 0] + 1) * 127.5).round().long()
+        return self.table[index] * 3.0  # not normalised: embed must normalise
+
+
+def test_runner_embeds_once_then_reads_the_cache(tmp_path):
+    manifest, emb = synthetic(n_classes=30, per=6)
+    n = len(manifest.items)
+    # Give each item a unique pixel value (n <= 256) and make the model return its embedding.
+    images = np.zeros((n, 2, 2, 1), np.uint8)
+    images[:, 0, 0, 0] = np.arange(n)
+    position = {item: k for k, item in enumerate(manifest.items)}
+
+    def load_images(ids):
+        return images[[position[i] for i in ids]]
+
+    models = {v: _Fixed(np.pad(e, ((0, 256 - n), (0, 0)))) for v, e in emb.items()}
+    cards = {v: {"weights_sha256": f"sha-{v}"} for v in emb}
+    cfg = EvaluateConfig(chain=["v1", "v2"], paragon={"v2": "v2p"}, bootstrap=20, batch_size=64)
+
+    def load_model(v):
+        return models[v], cards[v]
+
+    rep = run_evaluation(cfg, manifest, load_images, "src", load_model, tmp_path / "cache")
+    direct = evaluate_chain(manifest, emb, cfg)
+    assert rep["matrix"] == direct["matrix"]
+    assert rep["data_fingerprint"] == data_fingerprint("src", "m1")
+    assert all(m.calls > 0 for m in models.values())
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 3
+    for m in models.values():
+        m.calls = 0
+    again = run_evaluation(cfg, manifest, load_images, "src", load_model, tmp_path / "cache")
+    assert again["matrix"] == rep["matrix"] and all(m.calls == 0 for m in models.values())
+    # New weights (another sha256) are embedded again, never served from the old entry.
+    cards["v1"] = {"weights_sha256": "sha-v1-retrained"}
+    run_evaluation(cfg, manifest, load_images, "src", load_model, tmp_path / "cache")
+    assert models["v1"].calls > 0 and models["v2"].calls == 0
+    # Other pixels (source fingerprint) likewise.
+    models["v2"].calls = 0
+    run_evaluation(cfg, manifest, load_images, "src2", load_model, tmp_path / "cache")
+    assert models["v2"].calls > 0
+    cache = EmbeddingCache(tmp_path / "cache")
+    assert len(list(cache.root.glob("*.npz"))) == 7
