@@ -18,9 +18,15 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
+    from compat.cli import contract as contract_cli
     from compat.cli import data as data_cli
+    from compat.cli import registry as registry_cli
+    from compat.cli import score as score_cli
 
     data_cli.register(app)
+    contract_cli.register(app)
+    registry_cli.register(app)
+    score_cli.register(app)
 
 
 _register_commands()

@@ -1,0 +1,220 @@
+"""The gate's verdict: does a version keep every promise of its contract?
+
+For each criterion and each served gallery (the parent, then every ``transitive`` ancestor) the
+two matrix cells named by ``require`` are measured on the evaluation set with the same queries,
+and the criterion holds when their difference exceeds the margin (BCT, Shen et al. CVPR 2020,
+Eq. 1: M(new, old) > M(old, old)), and, with ``confidence``, when the one-sided lower bound of a
+paired bootstrap over queries does too. The update gain against the paragon is BCT Eq. 9.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from compat.contracts.schema import Contract, Criterion
+from compat.errors import BadInputError
+
+
+@dataclass
+class CriterionResult:
+    protocol: str
+    metric: str
+    require: str
+    gallery: str
+    lhs: list[str]
+    rhs: list[str]
+    lhs_value: float | None
+    rhs_value: float | None
+    difference: float | None
+    margin: float
+    confidence: float | None
+    lower_bound: float | None
+    passed: bool
+    description: str
+
+
+@dataclass
+class Verdict:
+    version: str
+    parent: str | None
+    passed: bool
+    results: list[CriterionResult] = field(default_factory=list)
+    matrix: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, Any] = field(default_factory=dict)
+    gain: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def failed(self) -> list[CriterionResult]:
+        return [r for r in self.results if not r.passed]
+
+
+def check_facts(contract: Contract, card: dict[str, Any], where: str) -> None:
+    """The contract's declared facts must match the registered card (BadInputError otherwise)."""
+    problems = []
+    if (card.get("parent") or None) != contract.parent:
+        problems.append(
+            f"parent: contract says {contract.parent!r}, card says {card.get('parent')!r}"
+        )
+    if int(card.get("dim", -1)) != contract.embedding_dim:
+        problems.append(
+            f"embedding_dim: contract says {contract.embedding_dim}, card says {card.get('dim')}"
+        )
+    if card.get("head") and card["head"] != contract.head:
+        problems.append(f"head: contract says {contract.head!r}, card says {card['head']!r}")
+    if problems:
+        raise BadInputError(
+            f"{where}: contract contradicts the registered card: " + "; ".join(problems)
+        )
+
+
+def required_cells(contract: Contract, paragon: str | None) -> list[tuple[str, str]]:
+    """Every (query version, gallery version) cell the verdict needs."""
+    new = contract.version
+    cells: list[tuple[str, str]] = []
+    for g in [contract.parent, *contract.transitive]:
+        assert g is not None
+        for c in [(new, g), (g, g)]:
+            if c not in cells:
+                cells.append(c)
+    if any("self" in c.terms for c in contract.criteria) and (new, new) not in cells:
+        cells.append((new, new))
+    if paragon and (paragon, paragon) not in cells:
+        cells.append((paragon, paragon))
+    return cells
+
+
+def _term_cell(term: str, new: str, gallery: str) -> tuple[str, str]:
+    return {"cross": (new, gallery), "self_parent": (gallery, gallery), "self": (new, new)}[term]
+
+
+def judge(
+    contract: Contract,
+    manifest: Any,
+    embeddings: dict[str, np.ndarray],
+    *,
+    paragon: str | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+    chunk_size: int | None = None,
+    device: str | None = None,
+) -> Verdict:
+    """Evaluate every criterion of ``contract`` against the parent and each transitive ancestor."""
+    from compat.evaluate.bootstrap import bootstrap, percentile_interval
+    from compat.evaluate.matrix import update_gain
+    from compat.evaluate.protocols import create_protocols, evaluate_manifest, label_codes
+
+    new = contract.version
+    for v, emb in embeddings.items():
+        if emb.shape[1] != contract.embedding_dim and v == new:
+            raise BadInputError(
+                f"{new}: embeddings: dimension {emb.shape[1]}, contract declares {contract.embedding_dim}"
+            )
+    protocol_names = sorted({c.protocol for c in contract.criteria})
+    protocols = create_protocols(protocol_names)
+    codes = label_codes(manifest.labels)
+    cells = required_cells(contract, paragon)
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for q, g in cells:
+        eq, eg = embeddings[q], embeddings[g]
+        if eq.shape[1] != eg.shape[1]:
+            raise BadInputError(
+                f"embeddings of {q} ({eq.shape[1]} dims) and {g} ({eg.shape[1]} dims) cannot be compared"
+            )
+        results[(q, g)] = evaluate_manifest(
+            manifest, eq, eg, protocols, chunk_size=chunk_size, device=device, codes=codes
+        )
+
+    boots = {
+        p.name: bootstrap(
+            {c: r[p.name] for c, r in results.items()},
+            resamples=resamples,
+            seed=seed,
+            stream=p.name,
+        )
+        for p in protocols
+    }
+    verdict = Verdict(version=new, parent=contract.parent, passed=True)
+    for (q, g), per_protocol in results.items():
+        for pname, res in per_protocol.items():
+            for metric, value in res.metrics.items():
+                verdict.matrix.setdefault(pname, {}).setdefault(metric, {}).setdefault(q, {})[g] = (
+                    _num(value)
+                )
+                if resamples > 0:
+                    lo, hi = percentile_interval(boots[pname].samples[(q, g)][metric], 0.95)
+                    verdict.intervals.setdefault(pname, {}).setdefault(metric, {}).setdefault(
+                        q, {}
+                    )[g] = [_num(lo), _num(hi)]
+
+    for criterion in contract.criteria:
+        for gallery in [contract.parent, *contract.transitive]:
+            assert gallery is not None
+            verdict.results.append(_check(criterion, new, gallery, results, boots, resamples))
+    verdict.passed = all(r.passed for r in verdict.results)
+
+    if paragon:
+        for criterion in contract.criteria:
+            p, m = criterion.protocol, criterion.metric
+            cross = results[(new, contract.parent)][p].metrics[m]
+            old = results[(contract.parent, contract.parent)][p].metrics[m]
+            best = results[(paragon, paragon)][p].metrics[m]
+            gain = update_gain(cross, old, best)
+            verdict.gain.setdefault(p, {})[m] = {"paragon": paragon, **gain.to_json()}
+    return verdict
+
+
+def _check(
+    criterion: Criterion,
+    new: str,
+    gallery: str,
+    results: dict[tuple[str, str], dict[str, Any]],
+    boots: dict[str, Any],
+    resamples: int,
+) -> CriterionResult:
+    from compat.evaluate.bootstrap import lower_bound
+
+    p, m = criterion.protocol, criterion.metric
+    lhs_term, rhs_term = criterion.terms
+    lhs, rhs = _term_cell(lhs_term, new, gallery), _term_cell(rhs_term, new, gallery)
+    if m not in results[lhs][p].metrics:
+        known = ", ".join(sorted(results[lhs][p].metrics))
+        raise BadInputError(
+            f"criterion {p} {m}: the protocol reports no such metric; known: {known}"
+        )
+    a, b = results[lhs][p].metrics[m], results[rhs][p].metrics[m]
+    diff = a - b
+    passed = bool(not math.isnan(diff) and diff > criterion.margin)  # strict: equal fails
+    bound = None
+    if criterion.confidence is not None:
+        if resamples <= 0:
+            raise BadInputError(f"criterion {p} {m}: confidence needs bootstrap resamples > 0")
+        boot = boots[p]
+        bound = lower_bound(boot.samples[lhs][m] - boot.samples[rhs][m], criterion.confidence)
+        passed = passed and not math.isnan(bound) and bound > criterion.margin
+    return CriterionResult(
+        protocol=p,
+        metric=m,
+        require=criterion.require,
+        gallery=gallery,
+        lhs=list(lhs),
+        rhs=list(rhs),
+        lhs_value=_num(a),
+        rhs_value=_num(b),
+        difference=_num(diff),
+        margin=criterion.margin,
+        confidence=criterion.confidence,
+        lower_bound=None if bound is None else _num(bound),
+        passed=passed,
+        description=criterion.describe(new, gallery),
+    )
+
+
+def _num(x: float | None) -> float | None:
+    """JSON has no NaN: an undefined value is reported as null."""
+    return None if x is None or math.isnan(x) else float(x)

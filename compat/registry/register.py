@@ -1,0 +1,187 @@
+"""``compat register``: log a version's run and create its registered model version.
+
+A version comes either from compat training (``models/<version>/``: weights.safetensors,
+card.json, train_metrics.json) or, for teams that train elsewhere, from an embeddings bundle of
+the evaluation set (``--embeddings``), with the facts a card would hold taken from the contract.
+Artifacts are plain files (safetensors, JSON, YAML, npz): nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from compat.errors import BadInputError, NotFoundError
+from compat.io import sha256_file
+from compat.registry.store import VERSION_TAG, Registry, VersionRecord
+
+CARD_FIELDS = ("dim", "weights_sha256")
+
+
+def read_card_json(folder: Path) -> dict[str, Any]:
+    """The model card of a trained version (plain JSON: no torch import needed here)."""
+    path = folder / "card.json"
+    if not path.is_file():
+        raise NotFoundError(
+            f"{path}: model card not found (train the version first: dvc repro train@{folder.name})"
+        )
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise BadInputError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    missing = [f for f in CARD_FIELDS if f not in card]
+    if missing:
+        raise BadInputError(f"{path}: missing field(s) {missing}")
+    return card
+
+
+def version_tags(version: str, card: dict[str, Any], kind: str) -> dict[str, str]:
+    """The tags DESIGN.md names, read from a card."""
+    data = card.get("data") or {}
+    data_fp = (
+        data.get("train_fingerprint")
+        or data.get("source_fingerprint")
+        or card.get("data_fingerprint", "")
+    )
+    return {
+        VERSION_TAG: version,
+        "compat.parent": card.get("parent") or "",
+        "compat.dim": str(card["dim"]),
+        "compat.head": card.get("head") or "",
+        "compat.method": card.get("method") or "",
+        "compat.data": str(data_fp),
+        "compat.status": "candidate",
+        "compat.kind": kind,
+        "compat.weights_sha256": card["weights_sha256"],
+    }
+
+
+def _flat_params(card: dict[str, Any]) -> dict[str, str]:
+    """Card entries as MLflow params (scalars only; nested dicts flattened with dots)."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(value, (str, int, float, bool)) or value is None:
+            out[prefix] = str(value)[:500]
+
+    walk("", {k: v for k, v in card.items() if k not in ("classes", "packages")})
+    return out
+
+
+def _summary_metrics(folder: Path) -> dict[str, float]:
+    path = folder / "train_metrics.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return {}
+    summary = data.get("summary", data) if isinstance(data, dict) else {}
+    return {f"train.{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))}
+
+
+def register(
+    reg: Registry,
+    version: str,
+    models_dir: str | os.PathLike[str] = "models",
+    contracts_dir: str | os.PathLike[str] = "contracts",
+    embeddings: str | os.PathLike[str] | None = None,
+) -> tuple[VersionRecord, bool]:
+    """Register ``version``; returns (record, created). Re-registering the same weights is a no-op."""
+    contract_path = Path(contracts_dir) / f"{version}.yaml"
+    if embeddings is not None:
+        card, files, kind = _card_from_embeddings(version, Path(embeddings), contract_path)
+    else:
+        folder = Path(models_dir) / version
+        if not folder.is_dir():
+            raise NotFoundError(
+                f"{folder}: no trained version {version!r} (dvc repro train@{version})"
+            )
+        card = read_card_json(folder)
+        weights = folder / "weights.safetensors"
+        if not weights.is_file():
+            raise NotFoundError(f"{weights}: weights not found")
+        if sha256_file(weights) != card["weights_sha256"]:
+            raise BadInputError(
+                f"{weights}: sha256 does not match {folder / 'card.json'} weights_sha256"
+            )
+        files = {"model": [folder / "card.json", weights]}
+        if (folder / "train_metrics.json").is_file():
+            files["model"].append(folder / "train_metrics.json")
+        kind = "model"
+    if contract_path.is_file():
+        files["contract"] = [contract_path]
+
+    existing = reg.find(version)
+    if existing is not None:
+        if existing.tags.get("compat.weights_sha256") == card["weights_sha256"]:
+            return existing, False
+        raise BadInputError(
+            f"version {version!r} is already registered (MLflow version {existing.mlflow_version}) with other "
+            "weights; register the new weights under a new version name"
+        )
+
+    run = reg.call("create_run", reg.experiment_id, run_name=version, tags={VERSION_TAG: version})
+    run_id = run.info.run_id
+    try:
+        for key, value in _flat_params(card).items():
+            reg.call("log_param", run_id, key, value)
+        for key, value in _summary_metrics(Path(models_dir) / version).items():
+            reg.call("log_metric", run_id, key, value)
+        for subdir, paths in files.items():
+            for path in paths:
+                reg.call("log_artifact", run_id, str(path), subdir)
+        reg.call("set_terminated", run_id)
+    except Exception:
+        reg.call("set_terminated", run_id, status="FAILED")
+        raise
+    reg.call(
+        "create_model_version",
+        reg.model,
+        f"{run.info.artifact_uri}/model",
+        run_id,
+        tags=version_tags(version, card, kind),
+        description=f"{version}: {kind} registered by compat; status candidate (not yet gated).",
+    )
+    return reg.get(version), True
+
+
+def _card_from_embeddings(
+    version: str, bundle: Path, contract_path: Path
+) -> tuple[dict[str, Any], dict[str, list[Path]], str]:
+    """A card for a version known only by its embeddings of the evaluation set."""
+    from compat.contracts.schema import load_contract
+    from compat.evaluate.bundle import load_bundle
+
+    if not contract_path.is_file():
+        raise NotFoundError(
+            f"{contract_path}: registering from embeddings needs the version's contract (dim, head, parent)"
+        )
+    contract = load_contract(contract_path)
+    b = load_bundle(bundle)
+    dim = b.embeddings.shape[1]
+    if dim != contract.embedding_dim:
+        raise BadInputError(
+            f"{bundle}: embeddings: dimension {dim} but {contract_path} declares {contract.embedding_dim}"
+        )
+    if b.version is not None and b.version != version:
+        raise BadInputError(f"{bundle}: version: the bundle says {b.version!r}, not {version!r}")
+    card = {
+        "version": version,
+        "dim": dim,
+        "head": contract.head,
+        "parent": contract.parent,
+        "method": "external",
+        "source": "embeddings",
+        "data": {"eval_fingerprint": b.fingerprint},
+        "weights_sha256": sha256_file(bundle),
+    }
+    tmp = Path(tempfile.mkdtemp(prefix="compat-card-"))
+    (tmp / "card.json").write_text(json.dumps(card, indent=2, sort_keys=True))
+    return card, {"model": [tmp / "card.json"], "embeddings": [bundle]}, "embeddings"

@@ -1,0 +1,84 @@
+"""Many processes at once: schema creation and the production compare-and-set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from compat.cli.main import app
+from compat.registry.promotions import PromotionLog
+from compat.registry.store import Registry
+
+N = 8
+
+
+def _spawn(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "COMPAT_ACTOR": "ci"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "compat.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_first_use_from_parallel_processes_does_not_race(tmp_path: Path):
+    procs = [_spawn(["versions", "--json"], tmp_path) for _ in range(N)]
+    outs = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+    for code, out, err in outs:
+        assert code == 0, err
+        assert json.loads(out) == {"versions": []}
+
+
+def test_concurrent_promotions_against_the_same_parent(project):
+    runner = CliRunner()
+    project.contract("v1")
+    assert (
+        runner.invoke(
+            app,
+            [
+                "register",
+                "v1",
+                "--embeddings",
+                str(project.bundle("v1", project.embeddings(1.5, 1))),
+            ],
+        ).exit_code
+        == 0
+    )
+    assert runner.invoke(app, ["promote", "v1"]).exit_code == 0
+    names = [f"v2{chr(ord('a') + i)}" for i in range(N)]
+    for i, name in enumerate(names):
+        project.contract(name, parent="v1")
+        b = project.bundle(name, project.embeddings(0.8, 10 + i))
+        assert runner.invoke(app, ["register", name, "--embeddings", str(b)]).exit_code == 0
+
+    procs = {
+        n: _spawn(["promote", n, "--against", "v1", "--json", "--bootstrap", "100"], project.root)
+        for n in names
+    }
+    results = {n: (p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for n, p in procs.items()}
+
+    for n, (code, _, err) in results.items():
+        assert code in (0, 6), f"{n}: exit {code}: {err}"
+        assert "Traceback" not in err
+    winners = [n for n, (code, _, _) in results.items() if code == 0]
+    assert len(winners) == 1, results
+    winner = winners[0]
+    assert json.loads(results[winner][1])["moved"] is True
+    for code, _, err in results.values():
+        if code == 6:
+            assert f"production is '{winner}'" in err
+    assert Registry().production() == winner
+    promos = PromotionLog("registry").promotions()
+    assert [(p["from"], p["to"], p["state"]) for p in promos] == [
+        (None, "v1", "committed"),
+        ("v1", winner, "committed"),
+    ]
