@@ -1,0 +1,85 @@
+"""hoc: d-Simplex fixed classifier + Higher-Order Compatibility (Biondi et al., "A Stationary (and
+Therefore Compatible) Representation is All You Need" / CVPR'24 "Stationary Representations").
+
+With a fixed d-Simplex head every version is trained against the same stationary classifier, so
+successive embedding spaces share their class directions. The loss adds an InfoNCE term between
+the new version (phi_t) and the previous one (phi_{t-1}):
+
+    L = lambda * CE(dsimplex logits) + (1 - lambda) * L_nce(phi_t, phi_{t-1}),
+    S_ij = mu <f_old_i, f_new_j>   (features L2-normalised),
+    L_nce = mean_i -log( exp(S_ii) / sum_j exp(S_ij) ),
+
+anchor the parent's feature of image i, positive the new feature of the same image, negatives
+the new features of other classes in the batch. Same-class entries j != i are not negatives:
+``variant="standard"`` (default) masks them out (-inf); ``variant="reference"`` reproduces the
+reference code, which zeroes S_ij instead, so each still adds exp(0) = 1 to the denominator.
+The paper's ablation uses mu ~ 10 and lambda ~ 0.1. A first version (no parent) trains on the CE
+alone, with weight 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from compat.errors import BadInputError
+from compat.losses.base import CompatLoss, MethodParams, Step
+
+
+class HOCParams(MethodParams):
+    lam: float = 0.1
+    mu: float = 10.0
+    variant: Literal["standard", "reference"] = "standard"
+
+
+def hoc_nce(
+    old: torch.Tensor, new: torch.Tensor, targets: torch.Tensor, mu: float, variant: str
+) -> torch.Tensor:
+    """L_nce with anchors ``old`` and keys ``new`` (both (n, d), L2-normalised)."""
+    s = mu * old @ new.T  # S_ij = mu <f_old_i, f_new_j>
+    same = targets[:, None] == targets[None, :]
+    same.fill_diagonal_(False)
+    s = s.masked_fill(same, float("-inf") if variant == "standard" else 0.0)
+    return F.cross_entropy(s, torch.arange(len(targets), device=s.device))
+
+
+class HOC(CompatLoss):
+    name = "hoc"
+    Params = HOCParams
+    requires_parent = False
+    needs_parent_forward = True
+
+    def check(self, parent_card: dict[str, Any] | None, *, head: str, dim: int) -> None:
+        super().check(parent_card, head=head, dim=dim)
+        if head != "dsimplex":
+            raise BadInputError(
+                f"method hoc: needs the dsimplex head (got {head}): its compatibility comes from "
+                "training every version against the same fixed d-Simplex classifier"
+            )
+        if parent_card is None:
+            return
+        if parent_card.get("head") != "dsimplex":
+            raise BadInputError(
+                f"method hoc: parent {parent_card.get('version', '?')} was trained with head "
+                f"{parent_card.get('head')}, not dsimplex, so the two spaces share no fixed classifier"
+            )
+        if int(parent_card["dim"]) != dim:
+            raise BadInputError(
+                f"method hoc: dim {dim} differs from the parent's {parent_card['dim']}; the "
+                "d-Simplex (K = dim + 1 vertices) must be the same for both versions"
+            )
+
+    def forward(self, step: Step) -> dict[str, torch.Tensor]:
+        p = self.params
+        if step.old is None:  # a first version: nothing to be compatible with
+            return {"head": step.head_loss}
+        nce = hoc_nce(
+            F.normalize(step.old.float(), dim=1),
+            F.normalize(step.new.float(), dim=1),
+            step.targets,
+            p.mu,
+            p.variant,
+        )
+        return {"head": p.lam * step.head_loss, "nce": (1.0 - p.lam) * nce}

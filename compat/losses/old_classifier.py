@@ -1,0 +1,122 @@
+"""The parent's classifier, frozen and re-indexed to the new version's classes (BCT, Eq. 8).
+
+BCT's influence loss scores new embeddings with the old classifier. Classes the parent never saw
+have no old weights; BCT either synthesizes them ("sys": the normalised mean of the parent's
+normalised embeddings of that class's training images, appended to W_old) or drops their samples
+from the influence term. A d-Simplex parent needs neither: its K vertices are pre-allocated, and a
+new version's class order extends its parent's, so new classes take the next free vertices.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from compat.errors import BadInputError
+from compat.losses.base import MethodContext, fit_width
+from compat.models.heads import DSimplex, Head, Softmax
+
+
+def class_means(features: torch.Tensor, labels: torch.Tensor, num: int) -> torch.Tensor:
+    """(num, d) mean feature of each label 0..num-1 (zero rows for absent labels)."""
+    sums = torch.zeros(num, features.shape[1], dtype=features.dtype, device=features.device)
+    sums.index_add_(0, labels, features)
+    counts = torch.bincount(labels, minlength=num).clamp(min=1).to(features.dtype)
+    return sums / counts[:, None]
+
+
+class OldClassifier(nn.Module):
+    """Frozen old classifier over the new class order; built by :meth:`build` in ``prepare``.
+
+    ``old_index[c]`` is the old-classifier row of new class ``c`` (-1: dropped). ``head`` scores
+    new embeddings (columns aligned to the new dim by ``dim_mismatch``); ``teacher`` scores parent
+    embeddings (the parent's own dim), for KD-style terms.
+    """
+
+    def __init__(self, new_classes: str = "synthesize", dim_mismatch: str = "truncate") -> None:
+        super().__init__()
+        self.new_classes = new_classes
+        self.dim_mismatch = dim_mismatch
+        self.head: Head | None = None
+        self.teacher: Head | None = None
+        self.register_buffer("old_index", torch.empty(0, dtype=torch.long))
+        self.num_synthesized = 0
+
+    def build(self, ctx: MethodContext) -> None:
+        parent = ctx.parent
+        if parent is None or parent.head is None:
+            raise BadInputError("the parent has no classifier head to build an old classifier from")
+        old_head = parent.head
+        weight = old_head.weight_matrix().detach().float()
+        bias = old_head.fc.bias.detach().float() if isinstance(old_head, Softmax) else None
+        parent_pos = {c: i for i, c in enumerate(parent.classes)}
+        index = torch.full((len(ctx.classes),), -1, dtype=torch.long)
+        new_cls = [c for c, name in enumerate(ctx.classes) if name not in parent_pos]
+        for c, name in enumerate(ctx.classes):
+            if name in parent_pos:
+                index[c] = parent_pos[name]
+
+        if isinstance(old_head, DSimplex):
+            # Pre-allocated vertices: new classes take the next free ones, in the new order.
+            free = len(parent.classes)
+            for c in new_cls:
+                if free < weight.shape[0]:
+                    index[c] = free
+                    free += 1
+        elif new_cls and self.new_classes == "synthesize":
+            weight, bias = self._synthesize(ctx, weight, bias, new_cls, index)
+
+        self.old_index = index.to(ctx.device)
+        self.teacher = old_head.frozen_copy(weight.to(ctx.device), _to(bias, ctx.device))
+        d_new, d_old = ctx.dim, weight.shape[1]
+        k = min(d_new, d_old) if self.dim_mismatch == "truncate" else max(d_new, d_old)
+        aligned = weight[:, :k] if k <= d_old else F.pad(weight, (0, k - d_old))
+        self.head = old_head.frozen_copy(aligned.to(ctx.device), _to(bias, ctx.device))
+
+    def _synthesize(
+        self,
+        ctx: MethodContext,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        new_cls: list[int],
+        index: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        assert ctx.parent is not None
+        k_old = weight.shape[0]
+        slot = torch.full((len(ctx.classes),), -1, dtype=torch.long)
+        slot[new_cls] = torch.arange(len(new_cls))
+        rows = torch.nonzero(slot[ctx.targets] >= 0).flatten()
+        # Un-augmented images, embedded once per run by the frozen parent.
+        feats = ctx.parent.features(ctx.images[rows], key="bct-synthesize").cpu()
+        means = class_means(feats, slot[ctx.targets[rows]], len(new_cls))
+        synth = F.normalize(means, dim=1)
+        if bias is not None:
+            # A softmax classifier's rows are not unit vectors: match the old rows' mean norm.
+            synth = synth * weight.norm(dim=1).mean()
+            bias = torch.cat([bias, bias.mean().expand(len(new_cls))])
+        index[new_cls] = k_old + torch.arange(len(new_cls))
+        self.num_synthesized = len(new_cls)
+        return torch.cat([weight, synth]), bias
+
+    def align(self, new: torch.Tensor) -> torch.Tensor:
+        """The new embedding in the old head's width (truncated or zero-padded)."""
+        assert self.head is not None
+        return fit_width(new, self.head.dim)
+
+    def influence(self, new: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """BCT Eq. (8)'s influence term: the old head's loss on the new embeddings.
+
+        Samples whose class has no old row are dropped; the mean is over the kept samples.
+        """
+        assert self.head is not None
+        old_targets = self.old_index[targets]
+        keep = (old_targets >= 0).float()
+        # Masked mean instead of boolean indexing: no host-device sync on a GPU.
+        safe = old_targets.clamp(min=0)
+        per_sample = F.cross_entropy(self.head(self.align(new), safe), safe, reduction="none")
+        return (per_sample * keep).sum() / keep.sum().clamp(min=1.0)
+
+
+def _to(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if t is None else t.to(device)

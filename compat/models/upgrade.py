@@ -1,0 +1,230 @@
+"""psi, the upgrade module: BiCT's forward step (Su et al., "Privacy-Preserving Model Upgrades
+with Bidirectional Compatible Training in Image Retrieval").
+
+psi maps a stored gallery embedding of the old version into the new version's space without the
+image: ``psi(phi_old(x)) ~ phi_new(x)``. Architecture (BiCT, and FCT's transformation is similar):
+``blocks`` x [Linear -> BatchNorm1d -> ReLU] followed by a Linear, hidden width ``hidden``.
+BiCT uses d_h = 4096 on 2048-d ResNet features (twice the embedding width); compat's default is
+:data:`DEFAULT_HIDDEN` = 256, the same 2x for the default 128-d embeddings, because on a CPU psi
+must stay far cheaper than re-embedding an image. ``benchmarks/bench_backfill.py`` measured, per
+item against the pipeline's small CNN at 32 px on 2 shared cores (two runs): 256 wide 105-106x
+faster, 512 55-102x, 1024 23-35x, 4096 2-4x (nearly as slow as the backbone it replaces). Set
+``hidden`` per version.
+
+Inputs and outputs are L2-normalised, as galleries store them: :meth:`UpgradeModule.upgrade`
+normalises its input, applies psi and normalises the result. :func:`upgrade_array` is the fast
+inference path (BatchNorm folded into the preceding Linear, in-place ReLU, large batches) and is
+tested against the plain eval-mode module.
+
+On disk psi lives in ``models/<new version>/upgrade/``: ``weights.safetensors`` plus
+``card.json`` naming the ``from`` and ``to`` versions, both versions' weights sha256, the data it
+was fitted on and its own weights' sha256 (checked on every load).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from compat.errors import BadInputError, NotFoundError
+from compat.io import atomic_path, sha256_bytes, write_json
+
+UPGRADE_DIR = "upgrade"
+WEIGHTS = "weights.safetensors"
+CARD = "card.json"
+CARD_KIND = "upgrade"
+CARD_SCHEMA = 1
+DEFAULT_HIDDEN = 256
+BICT_HIDDEN = 4096
+DEFAULT_BATCH = 8192
+
+_CARD_FIELDS = ("from", "to", "in_dim", "out_dim", "hidden", "blocks", "weights_sha256")
+
+
+class UpgradeModule(nn.Module):
+    """psi: ``blocks`` x [Linear-BatchNorm1d-ReLU] + Linear, ``in_dim`` -> ``out_dim``."""
+
+    def __init__(
+        self, in_dim: int, out_dim: int, hidden: int = DEFAULT_HIDDEN, blocks: int = 3
+    ) -> None:
+        super().__init__()
+        if min(in_dim, out_dim, hidden, blocks) < 1:
+            raise ValueError("in_dim, out_dim, hidden and blocks must be >= 1")
+        self.in_dim, self.out_dim, self.hidden, self.blocks = in_dim, out_dim, hidden, blocks
+        layers: list[nn.Module] = []
+        width = in_dim
+        for _ in range(blocks):
+            layers += [nn.Linear(width, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True)]
+            width = hidden
+        layers.append(nn.Linear(width, out_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(n, in_dim) -> (n, out_dim) raw outputs (what the training loss sees)."""
+        return self.net(x)
+
+    def upgrade(self, x: torch.Tensor) -> torch.Tensor:
+        """Stored (L2-normalised) old embeddings -> L2-normalised embeddings in the new space."""
+        return F.normalize(self.forward(F.normalize(x.float(), dim=1)), dim=1)
+
+    def folded(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(W, b) per Linear with each eval-mode BatchNorm folded in: y = x W^T + b.
+
+        BN(x W^T + b) = (x W^T + b - mu) * g / sqrt(var + eps) + beta, so the folded layer has
+        W' = W * s[:, None] and b' = (b - mu) * s + beta with s = g / sqrt(var + eps).
+        """
+        mods = list(self.net)
+        out = []
+        i = 0
+        while i < len(mods):
+            lin = mods[i]
+            assert isinstance(lin, nn.Linear)
+            w, b = lin.weight.detach().float(), lin.bias.detach().float()
+            if i + 1 < len(mods) and isinstance(mods[i + 1], nn.BatchNorm1d):
+                bn = mods[i + 1]
+                assert bn.running_mean is not None and bn.running_var is not None
+                s = bn.weight.detach().float() / torch.sqrt(bn.running_var.float() + bn.eps)
+                w = w * s[:, None]
+                b = (b - bn.running_mean.float()) * s + bn.bias.detach().float()
+                i += 3  # Linear, BatchNorm1d, ReLU
+            else:
+                i += 1
+            out.append((w.contiguous(), b.contiguous()))
+        return out
+
+
+class FoldedUpgrade:
+    """The eval-mode psi as plain matrix products (the fast path of :func:`upgrade_array`)."""
+
+    def __init__(self, psi: UpgradeModule, device: str | torch.device = "cpu") -> None:
+        self.layers = [(w.to(device), b.to(device)) for w, b in psi.folded()]
+        self.in_dim, self.out_dim = psi.in_dim, psi.out_dim
+        self.device = torch.device(device)
+
+    @torch.inference_mode()
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.normalize(x.to(self.device, torch.float32), dim=1)
+        last = len(self.layers) - 1
+        for i, (w, b) in enumerate(self.layers):
+            h = torch.addmm(b, h, w.T)
+            if i < last:
+                h.clamp_(min=0.0)  # ReLU, in place
+        return F.normalize(h, dim=1)
+
+
+def upgrade_array(
+    psi: UpgradeModule | FoldedUpgrade,
+    embeddings: np.ndarray,
+    batch_size: int = DEFAULT_BATCH,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
+    """psi applied to (n, in_dim) stored embeddings: float32 (n, out_dim), L2-normalised."""
+    fast = psi if isinstance(psi, FoldedUpgrade) else FoldedUpgrade(psi, device)
+    x = np.asarray(embeddings)
+    if x.ndim != 2 or x.shape[1] != fast.in_dim:
+        raise BadInputError(
+            f"embeddings: psi expects (n, {fast.in_dim}) rows, got shape {tuple(x.shape)}"
+        )
+    out = np.empty((x.shape[0], fast.out_dim), dtype=np.float32)
+    for s in range(0, x.shape[0], batch_size):
+        block = torch.from_numpy(np.ascontiguousarray(x[s : s + batch_size], dtype=np.float32))
+        out[s : s + block.shape[0]] = fast(block).cpu().numpy()
+    return out
+
+
+# --------------------------------------------------------------------------- on disk
+
+
+def upgrade_folder(models_dir: str | Path, version: str) -> Path:
+    """Where the psi that upgrades galleries *into* ``version`` lives."""
+    return Path(models_dir) / version / UPGRADE_DIR
+
+
+def save_upgrade(out_dir: str | Path, psi: UpgradeModule, card: dict[str, Any]) -> dict[str, Any]:
+    """Write weights then card (each atomically); return the card with its digest and shape."""
+    from safetensors.torch import save
+
+    out = Path(out_dir)
+    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in psi.state_dict().items()}
+    # One metadata key only: safetensors writes metadata from a hash map whose order varies
+    # between saves, and the digest must depend on the tensors alone.
+    blob = save(state, metadata={"format": "pt"})
+    card = {
+        **card,
+        "kind": CARD_KIND,
+        "schema": CARD_SCHEMA,
+        "in_dim": psi.in_dim,
+        "out_dim": psi.out_dim,
+        "hidden": psi.hidden,
+        "blocks": psi.blocks,
+        "weights_sha256": sha256_bytes(blob),
+    }
+    with atomic_path(out / WEIGHTS) as tmp:
+        tmp.write_bytes(blob)
+    write_json(out / CARD, card)  # last: a half-finished save has no card and is never loaded
+    return card
+
+
+def read_upgrade_card(path: str | Path) -> dict[str, Any]:
+    """Read and check ``<path>/card.json`` of an upgrade module."""
+    p = Path(path)
+    card_path = p / CARD if p.suffix != ".json" else p
+    if not card_path.is_file():
+        raise NotFoundError(f"{card_path}: upgrade module card not found")
+    try:
+        card = json.loads(card_path.read_text())
+    except json.JSONDecodeError as err:
+        raise BadInputError(f"{card_path}: not valid JSON: {err.msg}") from None
+    if not isinstance(card, dict) or card.get("kind") != CARD_KIND:
+        raise BadInputError(f"{card_path}: kind: not an upgrade module card")
+    missing = [f for f in _CARD_FIELDS if f not in card]
+    if missing:
+        raise BadInputError(f"{card_path}: missing fields {missing}")
+    return card
+
+
+def load_upgrade(path: str | Path) -> tuple[UpgradeModule, dict[str, Any]]:
+    """(psi in eval mode, card) from an upgrade folder; the weights' sha256 must match the card."""
+    from safetensors.torch import load
+
+    folder = Path(path)
+    card = read_upgrade_card(folder)
+    weights = folder / WEIGHTS
+    if not weights.is_file():
+        raise NotFoundError(f"{weights}: upgrade module weights not found")
+    blob = weights.read_bytes()
+    digest = sha256_bytes(blob)
+    if digest != card["weights_sha256"]:
+        raise BadInputError(
+            f"{weights}: sha256 {digest[:12]}... does not match card.json weights_sha256 "
+            f"{str(card['weights_sha256'])[:12]}...; the weights were changed or the card is stale"
+        )
+    psi = UpgradeModule(
+        int(card["in_dim"]), int(card["out_dim"]), int(card["hidden"]), int(card["blocks"])
+    )
+    try:
+        psi.load_state_dict(load(blob), strict=True)
+    except Exception as err:
+        first = (str(err).splitlines() or ["state mismatch"])[0]
+        raise BadInputError(f"{weights}: weights do not fit the card's shape: {first}") from None
+    return psi.eval(), card
+
+
+__all__ = [
+    "BICT_HIDDEN",
+    "DEFAULT_HIDDEN",
+    "UPGRADE_DIR",
+    "FoldedUpgrade",
+    "UpgradeModule",
+    "load_upgrade",
+    "read_upgrade_card",
+    "save_upgrade",
+    "upgrade_array",
+    "upgrade_folder",
+]

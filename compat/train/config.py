@@ -1,0 +1,109 @@
+"""Training params of one version (``params.yaml: train: {v1: ..., v2: ...}``).
+
+Import-light on purpose (pydantic only, no torch): the global params model embeds
+:class:`TrainConfig`, and the CLI validates params without paying for torch. Names (backbone,
+head, method) and method params are checked against their catalogs when the run is built, before
+any training starts.
+
+Defaults are the short-schedule CPU settings that FINDINGS.md measured to work: small CNN,
+AdamW lr 3e-3 weight decay 0.05, cosine with 15% warm-up (one-cycle-like), batch 128, 6 epochs,
+CosFace s=16 m=0.2, random +-2 px shift.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class AugmentConfig(BaseModel):
+    """Batched augmentation of uint8 images, done on the training device."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shift: int = Field(2, ge=0, description="random translation of up to +-shift px per axis")
+    pad_mode: Literal["edge", "zero"] = Field(
+        "edge", description="what fills the border a shift uncovers (edge: repeat the border)"
+    )
+    hflip: bool = Field(False, description="random horizontal flip (off: glyphs are not symmetric)")
+
+
+class TrainConfig(BaseModel):
+    """How to train one version. Unknown keys are errors (a typo must not become a default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # model
+    backbone: str = "small-cnn"
+    backbone_weights: str | None = Field(
+        None, description="local safetensors file that initialises the backbone (no downloads)"
+    )
+    pooling: Literal["avg", "gem"] = "avg"
+    dim: int = Field(128, ge=1)
+    head: str = "cosface"
+    s: float = Field(16.0, gt=0, description="scale of the normalised heads")
+    m: float = Field(0.2, ge=0, description="margin (cosface, arcface, dsimplex)")
+    easy_margin: bool = Field(False, description="arcface: margin only where cos > 0")
+
+    # compatibility
+    method: str = "independent"
+    method_params: dict[str, Any] = Field(
+        default_factory=dict, description="validated by the method's own params model"
+    )
+    parent: str | None = None
+
+    # data
+    split: str | None = Field(
+        None, description="train manifest splits/<split>.json; default: the version's name"
+    )
+    augment: AugmentConfig = Field(default_factory=AugmentConfig)
+
+    # optimisation
+    epochs: int = Field(6, ge=1)
+    batch_size: int = Field(128, ge=2)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(3e-3, gt=0)
+    weight_decay: float = Field(0.05, ge=0)
+    momentum: float = Field(0.9, ge=0, lt=1, description="sgd only")
+    schedule: Literal["cosine", "step"] = "cosine"
+    warmup: float = Field(0.15, ge=0, lt=1, description="fraction of all steps, linear from 0")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine floor as a fraction of lr")
+    step_milestones: list[float] = Field(
+        default_factory=lambda: [0.5, 0.75], description="step schedule: fractions of all steps"
+    )
+    step_gamma: float = Field(0.1, gt=0)
+    grad_clip: float | None = Field(None, gt=0)
+    drop_last: bool = True
+
+    # reproducibility and hardware
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    amp: bool = Field(
+        True,
+        description="bf16 autocast: training on CUDA; the frozen parent's forward also on CPUs "
+        "with native bf16 (AVX512-BF16/AMX)",
+    )
+    channels_last: bool = Field(True, description="channels-last memory format (faster convs)")
+    deterministic: bool = Field(True, description="deterministic algorithms on the CPU")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    embed_batch_size: int = Field(512, ge=1)
+    checkpoint: bool = Field(True, description="checkpoint every epoch and resume from it")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if sorted(self.step_milestones) != list(self.step_milestones) or any(
+            not 0 < f < 1 for f in self.step_milestones
+        ):
+            raise ValueError("step_milestones must be increasing fractions in (0, 1)")
+        return self
+
+    def head_params(self) -> dict[str, Any]:
+        """Keyword arguments of the head (each head keeps those it takes)."""
+        params: dict[str, Any] = {"s": self.s, "m": self.m}
+        if self.head == "arcface":
+            params["easy_margin"] = self.easy_margin
+        return params
+
+
+__all__ = ["AugmentConfig", "TrainConfig"]

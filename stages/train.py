@@ -1,0 +1,77 @@
+"""DVC stage ``train@<version>``: train the version that params.yaml ``train.<version>`` describes.
+
+Reads ``data/source.json``, ``splits/<split>.json`` and, for a compatible method, the parent in
+``models/<parent>/``; writes ``models/<version>/{weights.safetensors,card.json,train_metrics.json}``.
+Checkpoints go to ``cache/checkpoints/<version>/`` every epoch; a killed run started again resumes
+from the last one. Runs unchanged under ``torchrun --nproc_per_node=N stages/train.py <version>``.
+
+Usage: ``python stages/train.py v2 [--no-progress] [--params params.yaml]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compat.errors import CompatError, NotFoundError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("version")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--source", default="data/source.json")
+    parser.add_argument("--splits", default="splits")
+    parser.add_argument("--models", default="models")
+    parser.add_argument("--checkpoints", default="cache/checkpoints")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    try:
+        from compat.params import read_yaml, validate_with
+        from compat.train.config import TrainConfig
+
+        raw = read_yaml(args.params) or {}
+        section = (raw.get("train") or {}) if isinstance(raw, dict) else {}
+        if args.version not in section:
+            known = ", ".join(sorted(section)) or "none"
+            raise NotFoundError(
+                f"{args.params}: train.{args.version}: no such version (known: {known})"
+            )
+        cfg = validate_with(
+            TrainConfig, section[args.version], args.params, f"train.{args.version}"
+        )
+
+        from compat.data.sources import open_source
+        from compat.data.split import load_train_manifest
+        from compat.train.run import plan_run, train_version
+
+        plan_run(args.version, cfg, Path(args.models))  # every check before any data loads
+        split = cfg.split or args.version
+        source = open_source(args.source)
+        manifest = load_train_manifest(Path(args.splits) / f"{split}.json")
+        card = train_version(
+            args.version,
+            cfg,
+            source=source,
+            manifest=manifest,
+            models_dir=args.models,
+            checkpoint_dir=Path(args.checkpoints) / args.version,
+            progress=False if args.no_progress else None,
+        )
+    except CompatError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return err.exit_code
+    if "weights_sha256" not in card:  # a torchrun worker other than rank 0 writes nothing
+        return 0
+    print(
+        f"train: {args.version} ({card['method']}, parent {card['parent']}): {card['backbone']} "
+        f"dim {card['dim']}, {card['head']} over {card['num_classes']} classes, "
+        f"{card['epochs']} epochs in {card['training_seconds']:.0f} s, "
+        f"weights {card['weights_sha256'][:12]}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
