@@ -18,6 +18,7 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
+    from compat.cli import backfill as backfill_cli
     from compat.cli import contract as contract_cli
     from compat.cli import data as data_cli
     from compat.cli import registry as registry_cli
@@ -27,6 +28,7 @@ def _register_commands() -> None:
     contract_cli.register(app)
     registry_cli.register(app)
     score_cli.register(app)
+    backfill_cli.register(app)
 
 
 _register_commands()

@@ -5,6 +5,11 @@ two matrix cells named by ``require`` are measured on the evaluation set with th
 and the criterion holds when their difference exceeds the margin (BCT, Shen et al. CVPR 2020,
 Eq. 1: M(new, old) > M(old, old)), and, with ``confidence``, when the one-sided lower bound of a
 paired bootstrap over queries does too. The update gain against the paragon is BCT Eq. 9.
+
+A criterion with the ``forward`` term compares M(new, psi(parent)): the caller passes the
+parent's evaluation-set embeddings upgraded by the version's psi (``upgraded[parent]``), and
+the cell is named ``(new, "psi(<parent>)")`` in the matrix. It is checked against the parent
+only (psi maps the parent's embeddings, not older ones).
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ def check_facts(contract: Contract, card: dict[str, Any], where: str) -> None:
         )
 
 
+def psi_gallery(version: str) -> str:
+    """The name of ``version``'s gallery upgraded by psi, as a matrix column: ``psi(v1)``."""
+    from compat.evaluate.forward import psi_name
+
+    return psi_name(version)
+
+
 def required_cells(contract: Contract, paragon: str | None) -> list[tuple[str, str]]:
     """Every (query version, gallery version) cell the verdict needs."""
     new = contract.version
@@ -84,13 +96,29 @@ def required_cells(contract: Contract, paragon: str | None) -> list[tuple[str, s
                 cells.append(c)
     if any("self" in c.terms for c in contract.criteria) and (new, new) not in cells:
         cells.append((new, new))
+    if any(c.uses_forward for c in contract.criteria):
+        assert contract.parent is not None
+        cells.append((new, psi_gallery(contract.parent)))
     if paragon and (paragon, paragon) not in cells:
         cells.append((paragon, paragon))
     return cells
 
 
 def _term_cell(term: str, new: str, gallery: str) -> tuple[str, str]:
-    return {"cross": (new, gallery), "self_parent": (gallery, gallery), "self": (new, new)}[term]
+    return {
+        "cross": (new, gallery),
+        "self_parent": (gallery, gallery),
+        "self": (new, new),
+        "forward": (new, psi_gallery(gallery)),
+    }[term]
+
+
+def galleries_of(contract: Contract, criterion: Criterion) -> list[str]:
+    """The served galleries a criterion is checked against (forward: the parent only)."""
+    assert contract.parent is not None
+    if criterion.uses_forward:
+        return [contract.parent]
+    return [contract.parent, *contract.transitive]
 
 
 def judge(
@@ -103,8 +131,12 @@ def judge(
     seed: int = 0,
     chunk_size: int | None = None,
     device: str | None = None,
+    upgraded: dict[str, np.ndarray] | None = None,
 ) -> Verdict:
-    """Evaluate every criterion of ``contract`` against the parent and each transitive ancestor."""
+    """Evaluate every criterion of ``contract`` against the parent and each transitive ancestor.
+
+    ``upgraded[parent]``: the parent's embeddings upgraded by psi into the new version's space;
+    required when a criterion uses ``forward``."""
     from compat.evaluate.bootstrap import bootstrap, percentile_interval
     from compat.evaluate.matrix import update_gain
     from compat.evaluate.protocols import create_protocols, evaluate_manifest, label_codes
@@ -115,6 +147,15 @@ def judge(
             raise BadInputError(
                 f"{new}: embeddings: dimension {emb.shape[1]}, contract declares {contract.embedding_dim}"
             )
+    if any(c.uses_forward for c in contract.criteria):
+        assert contract.parent is not None
+        ups = upgraded or {}
+        if contract.parent not in ups:
+            raise BadInputError(
+                f"{new}: a criterion uses forward = M({new}, psi({contract.parent})), but no "
+                f"upgrade module output for {contract.parent}'s gallery was given"
+            )
+        embeddings = {**embeddings, psi_gallery(contract.parent): ups[contract.parent]}
     protocol_names = sorted({c.protocol for c in contract.criteria})
     protocols = create_protocols(protocol_names)
     codes = label_codes(manifest.labels)
@@ -153,8 +194,7 @@ def judge(
                     )[g] = [_num(lo), _num(hi)]
 
     for criterion in contract.criteria:
-        for gallery in [contract.parent, *contract.transitive]:
-            assert gallery is not None
+        for gallery in galleries_of(contract, criterion):
             verdict.results.append(_check(criterion, new, gallery, results, boots, resamples))
     verdict.passed = all(r.passed for r in verdict.results)
 

@@ -10,7 +10,12 @@ A criterion compares two cells of the compatibility matrix, M(query version, gal
 
 - ``cross``: M(new, parent): new queries against the parent's gallery (backward compatibility);
 - ``self_parent``: M(parent, parent): what the service has today;
-- ``self``: M(new, new): after a full backfill.
+- ``self``: M(new, new): after a full backfill;
+- ``forward``: M(new, psi(parent)): new queries against the parent's gallery upgraded by the
+  version's upgrade module psi (BiCT's forward step, ``models/<version>/upgrade/``), e.g.
+  ``require: forward > cross`` (the upgrade beats keeping the stored rows). psi maps the
+  parent's embeddings only, so a criterion that uses ``forward`` is checked against the parent,
+  not against the ``transitive`` ancestors.
 
 ``require: cross > self_parent`` with ``margin: m`` holds when M(new, parent) - M(parent, parent) > m.
 With ``confidence: c`` the lower bound of a one-sided bootstrap interval at level c of that
@@ -29,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from compat.errors import BadInputError, NotFoundError
 
-TERMS: tuple[str, ...] = ("cross", "self_parent", "self")
+TERMS: tuple[str, ...] = ("cross", "self_parent", "self", "forward")
 PROTOCOLS = ("identification", "open-set", "verification")
 _REQUIRE_RE = re.compile(r"^\s*(\w+)\s*>\s*(\w+)\s*$")
 _METRIC_RE = re.compile(r"^(top\d+|mAP|mAP@\d+|tar@far=[^\s]+|tpir@fpir=[^\s]+)$")
@@ -85,11 +90,17 @@ class Criterion(BaseModel):
         lhs, rhs = self.require.split(" > ")
         return lhs, rhs
 
+    @property
+    def uses_forward(self) -> bool:
+        """Whether the criterion needs the parent's gallery upgraded by psi."""
+        return "forward" in self.terms
+
     def describe(self, new: str, parent: str) -> str:
         cells = {
             "cross": f"M({new}, {parent})",
             "self_parent": f"M({parent}, {parent})",
             "self": f"M({new}, {new})",
+            "forward": f"M({new}, psi({parent}))",
         }
         lhs, rhs = self.terms
         margin = f" + {self.margin:g}" if self.margin else ""

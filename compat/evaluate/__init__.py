@@ -12,5 +12,6 @@ One concept per module (import the module you need; this package imports nothing
 * :mod:`~compat.evaluate.matrix`    M[q][g] cells, update gain (BCT Eq. 9), AC / AA / BC / FC
 * :mod:`~compat.evaluate.report`    the chain evaluation and the files DVC reads
 * :mod:`~compat.evaluate.runner`    embed every version through the cache, then report
+* :mod:`~compat.evaluate.forward`   M(new, psi(old)) and the partial-backfill curve (BiCT)
 * :mod:`~compat.evaluate.config`    the ``evaluate:`` section of params.yaml
 """

@@ -8,6 +8,7 @@ Example::
       protocols: [identification, open-set, verification]
       bootstrap: 1000
       seed: 0
+      forward: {v2: models/v2/upgrade}   # optional: M(new, psi(old)) and partial backfill
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ class EvaluateConfig(BaseModel):
     far: list[float] = Field(default_factory=lambda: [0.1, 0.01, 0.001], min_length=1)
     fpir: list[float] = Field(default_factory=lambda: [0.1, 0.01], min_length=1)
     cmc_ranks: int = Field(20, ge=1, description="ranks in the CMC plot data")
+    forward: dict[str, str] = Field(
+        default_factory=dict,
+        description="version -> folder of its upgrade module psi (e.g. models/v2/upgrade): "
+        "also report M(new, psi(old)) and the partial-backfill curve (compat.evaluate.forward)",
+    )
+    backfill_fractions: list[float] = Field(
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],
+        min_length=1,
+        description="shares of the gallery upgraded by psi along the partial-backfill curve",
+    )
 
     @field_validator("chain")
     @classmethod
@@ -76,6 +87,15 @@ class EvaluateConfig(BaseModel):
             raise ValueError("rates must lie strictly between 0 and 1")
         return rates
 
+    @field_validator("backfill_fractions")
+    @classmethod
+    def _fractions(cls, fractions: list[float]) -> list[float]:
+        if any(not 0.0 <= f <= 1.0 for f in fractions):
+            raise ValueError("fractions must lie in [0, 1]")
+        if sorted(set(fractions)) != list(fractions):
+            raise ValueError("fractions must be increasing, each listed once")
+        return fractions
+
     @model_validator(mode="after")
     def _paragons_name_chain_versions(self) -> EvaluateConfig:
         for version, paragon in self.paragon.items():
@@ -83,6 +103,9 @@ class EvaluateConfig(BaseModel):
                 raise ValueError(f"paragon: {version!r} is not in the chain {self.chain}")
             if paragon == version:
                 raise ValueError(f"paragon: {version!r} cannot be its own paragon")
+        for version in self.forward:
+            if version not in self.chain:
+                raise ValueError(f"forward: {version!r} is not in the chain {self.chain}")
         return self
 
     def versions(self) -> list[str]:

@@ -10,6 +10,9 @@ update gains against the paragons and the sequence metrics. :func:`write_report`
 * ``plots/cmc/<query>_on_<gallery>.json``: CMC curves, ``[{"rank": r, "accuracy": a}]``, one
   file per cell, for ``dvc plots`` (declare the folder with ``x: rank, y: accuracy``)
 * ``plots/heatmap_<protocol>.png`` and ``plots/cmc.png`` (matplotlib, Agg; no display needed)
+* with a ``forward`` section (upgrade modules, :mod:`compat.evaluate.forward`):
+  ``metrics/forward.json``, ``plots/backfill/<new>_<protocol>.json`` (x: fraction) and
+  ``plots/backfill_<new>.png``
 
 Keys of JSON objects are versions and metric names; undefined values are ``null``.
 """
@@ -234,6 +237,10 @@ def write_report(
         written.append(path)
     if images:
         written += plot_images(report, pdir)
+    if report.get("forward"):
+        from compat.evaluate.forward import write_forward
+
+        written += write_forward(report["forward"], mdir, pdir, images=images)
     return written
 
 

@@ -43,8 +43,12 @@ def embed_versions(
     batch_size: int = 512,
     device: str | None = None,
     report: Callable[[str], None] | None = None,
+    cards: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Each version's (len(manifest.items), d) embeddings, from the cache when the key matches."""
+    """Each version's (len(manifest.items), d) embeddings, from the cache when the key matches.
+
+    ``cards``, if given, receives each version's model card (e.g. to check what an upgrade
+    module was fitted on)."""
     from compat.evaluate.embed import cache_key, embed_items
 
     say = report or (lambda msg: log.info(msg))
@@ -52,6 +56,8 @@ def embed_versions(
     out: dict[str, np.ndarray] = {}
     for version in versions:
         model, card = load_model(version)
+        if cards is not None:
+            cards[version] = card
         sha = card.get("weights_sha256")
         if not isinstance(sha, str) or not sha:
             raise BadInputError(f"{version}: card: weights_sha256: missing or empty")
@@ -94,11 +100,24 @@ def run_evaluation(
     *,
     report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Embed every version of ``config`` and evaluate the chain; returns the report dict."""
+    """Embed every version of ``config`` and evaluate the chain; returns the report dict.
+
+    With ``config.forward`` (version -> folder of its upgrade module psi) the report also holds
+    a ``forward`` section: M(new, psi(old)) beside M(new, old) and the partial-backfill curve
+    (:mod:`compat.evaluate.forward`)."""
     manifest_fp = getattr(manifest, "fingerprint", None) or fingerprint(list(manifest.items))
     data_fp = data_fingerprint(source_fingerprint, manifest_fp)
+    versions = config.versions()
+    if config.forward:
+        from compat.models.upgrade import read_upgrade_card
+
+        for folder in config.forward.values():
+            source = read_upgrade_card(folder)["from"]
+            if source not in versions:
+                versions.append(source)
+    cards: dict[str, dict[str, Any]] = {}
     embeddings = embed_versions(
-        config.versions(),
+        versions,
         manifest,
         load_images,
         data_fp,
@@ -107,7 +126,15 @@ def run_evaluation(
         batch_size=config.batch_size,
         device=config.device,
         report=report,
+        cards=cards,
     )
     result = evaluate_chain(manifest, embeddings, config)
     result["data_fingerprint"] = data_fp
+    if config.forward:
+        from compat.evaluate.forward import evaluate_forward, upgraded_embeddings
+
+        upgraded, psi_info = upgraded_embeddings(config.forward, embeddings, cards)
+        result["forward"] = evaluate_forward(manifest, embeddings, upgraded, config)
+        for new, info in psi_info.items():
+            result["forward"][new]["psi"] = info
     return result

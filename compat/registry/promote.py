@@ -4,8 +4,10 @@ the ``production`` alias with a compare-and-set.
 Order of work: load the contract; read the registered versions (parent, transitive ancestors,
 paragon); check the contract's declared facts against the card; get every needed embedding of
 the evaluation set (the embedding cache, else the model's weights from the registry or
-``models/``, else a registered embeddings bundle); judge every criterion; record the verdict,
-matrix, intervals and update gain on the version (tags, description, a JSON report artifact);
+``models/``, else a registered embeddings bundle); when a criterion uses ``forward``, upgrade the
+parent's embeddings with the version's psi from ``models/<version>/upgrade/``; judge every
+criterion; record the verdict, matrix, intervals and update gain on the version (tags,
+description, a JSON report artifact);
 then, only if everything passed, under the promotion lock: resolve any promotion a crash left
 pending, check that ``production`` still points at ``--against``, log ``pending``, move the
 alias, log ``committed``.
@@ -163,6 +165,52 @@ def gather_embeddings(
     return manifest, out, data_fp
 
 
+def upgraded_parent(
+    contract: Contract,
+    records: dict[str, VersionRecord],
+    paths: Paths,
+    embeddings: dict[str, np.ndarray],
+) -> tuple[dict[str, np.ndarray] | None, dict[str, Any] | None]:
+    """The parent's embeddings upgraded by the version's psi (``models/<version>/upgrade/``),
+    when a criterion uses ``forward``; else (None, None)."""
+    if not any(c.uses_forward for c in contract.criteria):
+        return None, None
+    from compat.models.upgrade import load_upgrade, upgrade_array, upgrade_folder
+
+    new, parent = contract.version, contract.parent
+    assert parent is not None
+    folder = upgrade_folder(paths.models, new)
+    psi, card = load_upgrade(folder)
+    where = folder / "card.json"
+    if (card["from"], card["to"]) != (parent, new):
+        raise BadInputError(
+            f"{where}: from/to: psi upgrades {card['from']} -> {card['to']}, the contract needs "
+            f"{parent} -> {new}"
+        )
+    for role, name in (("from", parent), ("to", new)):
+        rec = records[name]
+        fitted = card.get(f"{role}_weights_sha256")
+        registered = rec.tags.get("compat.weights_sha256")
+        # Only a model version's tag names model weights (an embeddings bundle's names the file).
+        if (
+            rec.tags.get("compat.kind") == "model"
+            and fitted
+            and registered
+            and fitted != registered
+        ):
+            raise BadInputError(
+                f"{where}: {role}_weights_sha256: psi was fitted on other {name} weights than the "
+                f"registered ones ({fitted[:12]}... vs {registered[:12]}...); re-run upgrade@{new}"
+            )
+    if embeddings[parent].shape[1] != int(card["in_dim"]):
+        raise BadInputError(
+            f"{where}: in_dim: psi takes {card['in_dim']}-dim rows, {parent}'s embeddings have "
+            f"{embeddings[parent].shape[1]}"
+        )
+    info = {"path": str(folder), "weights_sha256": card["weights_sha256"], "from": parent}
+    return {parent: upgrade_array(psi, embeddings[parent])}, info
+
+
 def _describe(verdict: Verdict, against: str | None) -> str:
     status = "PASSED" if verdict.passed else "FAILED"
     parts = [f"{verdict.version} {status} its compatibility contract against {verdict.parent}"]
@@ -206,7 +254,16 @@ def promote(
         raise NotFoundError(f"--against {against!r} is not registered")
 
     manifest, embeddings, data_fp = gather_embeddings(reg, list(records), paths, records)
-    verdict = judge(contract, manifest, embeddings, paragon=paragon, resamples=resamples, seed=seed)
+    upgraded, psi_info = upgraded_parent(contract, records, paths, embeddings)
+    verdict = judge(
+        contract,
+        manifest,
+        embeddings,
+        paragon=paragon,
+        resamples=resamples,
+        seed=seed,
+        upgraded=upgraded,
+    )
     report = {
         "version": version,
         "against": against,
@@ -226,6 +283,8 @@ def promote(
         "gain": verdict.gain,
         "dry_run": dry_run,
     }
+    if psi_info is not None:
+        report["upgrade"] = psi_info
     blob = json.dumps(report, sort_keys=True, indent=2).encode()
     report["report_sha256"] = hashlib.sha256(blob).hexdigest()
     outcome = Outcome(report=report, verdict=verdict, exit_code=0 if verdict.passed else 1)
@@ -324,7 +383,9 @@ def _record(
         "compat.verdict.at": report["when"],
     }
     for r in verdict.results:
-        key = tag_key("compat.check", r.gallery, r.protocol, r.metric)
+        # A forward criterion (M(new, psi(parent))) gets its own key beside the backward one.
+        forward = ("forward",) if "forward" in r.require.split(" > ") else ()
+        key = tag_key("compat.check", r.gallery, r.protocol, r.metric, *forward)
         tags[key] = (
             f"{'pass' if r.passed else 'fail'} {r.difference:+.4f}"
             if r.difference is not None

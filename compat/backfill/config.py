@@ -1,0 +1,61 @@
+"""The ``upgrade:`` section of params.yaml: which versions get an upgrade module psi, and how it
+is fitted (import-light: pydantic only, no torch).
+
+Example::
+
+    upgrade:
+      v2: {from: v1, hidden: 256, loss: mse, epochs: 50, lr: 1.0e-3, batch_size: 256, seed: 0}
+
+``from`` defaults to the version's parent (its model card). ``hidden`` defaults to 256 (twice the
+default 128-d embedding, as BiCT's 4096 is twice its 2048-d features): on a CPU psi must stay
+>= 50x cheaper per item than re-embedding (see :mod:`compat.models.upgrade` for the measured
+trade-off; 1024 was 23-35x, 4096 2-4x against the small CNN).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class UpgradeConfig(BaseModel):
+    """How to fit psi for one version; an unknown key is an error, not a silent default."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: str | None = Field(
+        None,
+        alias="from",
+        description="the version whose galleries psi upgrades; default: the version's parent",
+    )
+    hidden: int = Field(256, ge=1, description="hidden width d_h (BiCT: 4096 for 2048-d features)")
+    blocks: int = Field(3, ge=1, description="[Linear-BatchNorm1d-ReLU] blocks before the output")
+    loss: Literal["mse", "cosine"] = Field(
+        "mse", description="mse: ||psi(old) - new||^2; cosine: 1 - cos(psi(old), new)"
+    )
+    epochs: int = Field(
+        50,
+        ge=1,
+        description="passes over the pairs (3,200 pairs: 20 -> held-out cos 0.80, 100 -> 0.86)",
+    )
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="Adam (L2) weight decay")
+    batch_size: int = Field(256, ge=2)
+    seed: int = 0
+    val_fraction: float = Field(
+        0.1, ge=0, lt=1, description="pairs held out to report how well psi generalises"
+    )
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    embed_batch_size: int = Field(512, ge=1, description="images per forward when embedding")
+
+    def dump(self) -> dict[str, object]:
+        """The config as params.yaml spells it (``from``, not ``from_``)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# The whole section: new version -> its upgrade config.
+UpgradeParams = dict[str, UpgradeConfig]
+
+__all__ = ["UpgradeConfig", "UpgradeParams"]

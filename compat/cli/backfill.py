@@ -1,0 +1,95 @@
+"""``compat backfill``: upgrade a stored gallery into a new version's space with its psi.
+
+Registered on the main app by ``backfill.register(app)``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from compat.cli.common import exit_on_error
+
+HELP = (
+    "Upgrade the stored embeddings of a gallery made by --from into --to's space with the "
+    "upgrade module psi (BiCT), without the images.\n\n"
+    "psi is read from --psi, default <models>/<to>/upgrade/ (written by the upgrade stage). "
+    "Rows are upgraded in batches with a progress bar; a killed run started again with the "
+    "same arguments resumes where it stopped (finished batches are kept in .<out>.backfill/ "
+    "beside --out). --out appears only when complete; the input gallery is never modified.\n\n"
+    "--fraction F upgrades rows until floor(F x n) of the gallery's n rows are in --to (rows "
+    "upgraded earlier count), taking the oldest rows (first in the file) or a seeded random "
+    "order. The output records each row's version in row_versions; a mixed gallery is searched "
+    "with --to's query embeddings (upgraded rows are in --to's space, the rest in --from's, "
+    "which a backward-compatible --to can query): see compat.backfill.mixed.\n\n"
+    "Exit codes: 0 done; 2 usage (bad option, --out is the input); 3 a file is missing "
+    "(gallery, psi); 4 bad input (rows not made by --from, psi of other versions or "
+    "dimensions, NaN or inf rows, unreadable files)."
+)
+
+
+def backfill(
+    gallery: Path = typer.Option(..., "--gallery", "-g", help="Stored gallery bundle (.npz)."),
+    source: str = typer.Option(..., "--from", help="Version that made the gallery's rows."),
+    target: str = typer.Option(..., "--to", help="Version to upgrade the rows into."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the upgraded bundle."),
+    fraction: float = typer.Option(
+        1.0, "--fraction", min=0.0, max=1.0, help="Share of the gallery in --to afterwards."
+    ),
+    order: str = typer.Option("oldest", "--order", help="oldest (first rows first) or random."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --order random."),
+    models: Path = typer.Option(Path("models"), "--models", help="Folder of versions."),
+    psi: Path | None = typer.Option(
+        None, "--psi", help="psi folder (default: <models>/<to>/upgrade)."
+    ),
+    batch_size: int = typer.Option(8192, "--batch-size", min=1, help="Rows per batch."),
+    assume_from: bool = typer.Option(
+        False, "--assume-from", help="Treat a gallery that records no version as made by --from."
+    ),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    progress: bool | None = typer.Option(
+        None, "--progress/--no-progress", help="Progress bar (default: when stderr is a terminal)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+) -> None:
+    with exit_on_error():
+        from compat.backfill.apply import backfill as run
+        from compat.backfill.plan import ORDERS
+        from compat.errors import UsageError
+        from compat.models.upgrade import upgrade_folder
+
+        if order not in ORDERS:
+            raise UsageError(f"--order {order!r}: expected one of {', '.join(ORDERS)}")
+        result = run(
+            gallery,
+            out,
+            source=source,
+            target=target,
+            psi_dir=psi if psi is not None else upgrade_folder(models, target),
+            fraction=fraction,
+            order=order,
+            seed=seed,
+            batch_size=batch_size,
+            assume_from=assume_from,
+            progress=progress,
+            device=device,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
+        if as_json:
+            sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
+            return
+        resumed = (
+            f", resumed after {result.resumed_batches} batches" if result.resumed_batches else ""
+        )
+        print(
+            f"backfill: {result.upgraded} of {result.total} rows upgraded {source} -> {target} "
+            f"in {result.batches} batches{resumed}; {result.already + result.upgraded} rows in "
+            f"{target}, {result.remaining} in {source}; wrote {out}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("backfill", help=HELP)(backfill)

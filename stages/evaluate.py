@@ -1,0 +1,75 @@
+"""DVC stage ``evaluate``: the compatibility matrix of the chain, with intervals and gains.
+
+Reads params.yaml ``evaluate`` (:class:`compat.evaluate.config.EvaluateConfig`),
+``splits/eval.json``, ``data/source.json`` and ``models/<version>/`` for every chain version and
+paragon. Embeddings are cached in ``cache/embeddings/`` keyed by (weights sha256, data
+fingerprint, transform). Writes ``metrics/compat.json``, ``metrics/<protocol>.json``,
+``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`).
+Usage: ``python stages/evaluate.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from compat.errors import CompatError, NotFoundError
+from compat.evaluate.config import EvaluateConfig
+from compat.evaluate.report import write_report
+from compat.evaluate.runner import run_evaluation
+
+PARAMS = "params.yaml"
+
+
+def load_config(path: str = PARAMS) -> EvaluateConfig:
+    from compat.params import read_yaml, validate_with
+
+    raw = read_yaml(path) or {}
+    if not isinstance(raw, dict) or "evaluate" not in raw:
+        raise NotFoundError(f"{path}: evaluate: section missing")
+    return validate_with(EvaluateConfig, raw["evaluate"], path, prefix="evaluate")
+
+
+def main() -> int:
+    from compat.data.sources import open_source
+    from compat.data.split import load_eval_manifest
+
+    try:
+        config = load_config()
+        manifest = load_eval_manifest("splits/eval.json")
+        source = open_source("data/source.json")
+
+        def load_model(version: str):
+            from compat.models import load_version
+
+            return load_version(Path("models") / version)
+
+        report = run_evaluation(
+            config,
+            manifest,
+            source.load,
+            source.fingerprint,
+            load_model,
+            "cache/embeddings",
+            report=print,
+        )
+    except CompatError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return err.exit_code
+    # Outputs of a previous run with other versions must not linger in the plots folder.
+    shutil.rmtree("plots/cmc", ignore_errors=True)
+    write_report(report, "metrics", "plots")
+    for protocol, by_metric in report["matrix"].items():
+        for metric, rows in by_metric.items():
+            cells = ", ".join(
+                f"M({q},{g})={'-' if v is None else f'{100 * v:.1f}'}"
+                for q, row in rows.items()
+                for g, v in row.items()
+            )
+            print(f"evaluate: {protocol} {metric}: {cells}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""DVC stage ``upgrade@<version>``: fit the upgrade module psi that params.yaml ``upgrade.<version>``
+declares (BiCT's forward step: old gallery embeddings -> the version's space).
+
+Reads ``models/<version>/`` and ``models/<from>/`` (from: the config's ``from``, default the
+version's parent), ``data/source.json`` and ``splits/<split>.json`` (the split the version was
+trained on, from its card); writes ``models/<version>/upgrade/{weights.safetensors,card.json,
+metrics.json}``.
+
+Usage: ``python stages/upgrade.py v2 [--no-progress] [--params params.yaml]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compat.errors import BadInputError, CompatError, NotFoundError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("version")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--source", default="data/source.json")
+    parser.add_argument("--splits", default="splits")
+    parser.add_argument("--models", default="models")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    try:
+        from compat.backfill.config import UpgradeConfig
+        from compat.params import read_yaml, validate_with
+
+        raw = read_yaml(args.params) or {}
+        section = (raw.get("upgrade") or {}) if isinstance(raw, dict) else {}
+        if args.version not in section:
+            known = ", ".join(sorted(section)) or "none"
+            raise NotFoundError(
+                f"{args.params}: upgrade.{args.version}: no upgrade module declared "
+                f"(declared: {known})"
+            )
+        cfg = validate_with(
+            UpgradeConfig, section[args.version], args.params, f"upgrade.{args.version}"
+        )
+
+        from compat.backfill.train import UpgradeData, plan_upgrade, train_upgrade
+        from compat.data.sources import open_source
+        from compat.data.split import load_train_manifest
+
+        plan = plan_upgrade(args.version, cfg, args.models)  # every check before data loads
+        split = plan.new_card.get("split") or args.version
+        source = open_source(args.source)
+        manifest = load_train_manifest(Path(args.splits) / f"{split}.json")
+        if manifest.source_fingerprint != source.fingerprint:
+            raise BadInputError(
+                f"{args.splits}/{split}.json: made from source {manifest.source_fingerprint}, "
+                f"but the source is now {source.fingerprint}; re-run the split stage"
+            )
+        images = source.load(manifest.items)
+        card = train_upgrade(
+            args.version,
+            cfg,
+            images,
+            UpgradeData(
+                split=manifest.name,
+                data_fingerprint=manifest.fingerprint,
+                source_fingerprint=manifest.source_fingerprint,
+            ),
+            models_dir=args.models,
+            plan=plan,
+            progress=False if args.no_progress else None,
+        )
+    except CompatError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return err.exit_code
+    m = card["metrics"]
+    without = m.get("val_cosine_without_upgrade")
+    base = f" (without psi {without:.3f})" if isinstance(without, float) else ""
+    val = m.get("val_cosine")
+    val_text = f"{val:.3f}" if isinstance(val, float) else "n/a"
+    print(
+        f"upgrade: psi {card['from']} -> {card['to']} ({card['in_dim']} -> {card['hidden']} x "
+        f"{card['blocks']} -> {card['out_dim']}, {card['loss']}) on {card['num_pairs']} pairs "
+        f"in {card['training_seconds']:.0f} s; held-out cosine {val_text}{base}; "
+        f"weights {card['weights_sha256'][:12]}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Fitting psi: the loss forms, learning a known map, determinism, the config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+
+from compat.backfill.config import UpgradeConfig
+from compat.backfill.train import fit_upgrade, upgrade_loss
+from compat.errors import BadInputError
+
+
+def test_losses_by_hand():
+    out = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    target = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    # mse: mean over rows of the squared distance: ((1 + 1) + (0 + 1)) / 2
+    assert float(upgrade_loss(out, target, "mse")) == pytest.approx(1.5)
+    # cosine: mean of 1 - cos: (1 - 0 + 1 - 1) / 2
+    assert float(upgrade_loss(out, target, "cosine")) == pytest.approx(0.5)
+    with pytest.raises(BadInputError):
+        upgrade_loss(out, target, "l1")
+
+
+def _pairs(kit, n=400, d=8, d_new=8, seed=0):
+    rng = np.random.default_rng(seed)
+    old = kit.unit(rng.standard_normal((n, d)))
+    m = rng.standard_normal((d, d_new))
+    new = kit.unit(np.tanh(old @ m))  # a non-linear map psi can learn
+    return old, new
+
+
+CFG = {"hidden": 32, "epochs": 25, "batch_size": 64, "lr": 3e-3, "device": "cpu"}
+
+
+@pytest.mark.parametrize("loss", ["mse", "cosine"])
+def test_psi_learns_a_map_between_two_spaces(kit, loss):
+    old, new = _pairs(kit)
+    fit = fit_upgrade(old, new, UpgradeConfig(**CFG, loss=loss), progress=False, quiet=True)
+    s = fit.summary
+    assert s["num_val"] == 40 and s["num_fit"] == 360
+    assert s["val_cosine"] > 0.95
+    assert s["val_cosine"] > s["val_cosine_without_upgrade"] + 0.3
+    assert len(fit.rows) == 25 and fit.rows[-1]["loss"] < fit.rows[0]["loss"]
+    assert not fit.psi.training
+
+
+def test_fit_is_deterministic_for_a_seed(kit):
+    old, new = _pairs(kit, n=200, d=6, d_new=4)
+    cfg = UpgradeConfig(**{**CFG, "epochs": 3})
+    a = fit_upgrade(old, new, cfg, progress=False, quiet=True).psi.state_dict()
+    b = fit_upgrade(old, new, cfg, progress=False, quiet=True).psi.state_dict()
+    c = fit_upgrade(old, new, cfg, seed=1, progress=False, quiet=True).psi.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+    assert a["net.0.weight"].shape == (32, 6) and a["net.9.weight"].shape == (4, 32)
+
+
+def test_fit_rejects_bad_pairs(kit):
+    old, new = _pairs(kit, n=20)
+    cfg = UpgradeConfig(**{**CFG, "epochs": 1})
+    with pytest.raises(BadInputError, match="equal n"):
+        fit_upgrade(old, new[:10], cfg, quiet=True)
+    bad = old.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(BadInputError, match="NaN"):
+        fit_upgrade(bad, new, cfg, quiet=True)
+
+
+def test_config_section():
+    cfg = UpgradeConfig.model_validate({"from": "v1", "hidden": 1024, "loss": "cosine"})
+    assert cfg.from_ == "v1" and cfg.hidden == 1024 and cfg.blocks == 3
+    assert cfg.dump()["from"] == "v1" and "from_" not in cfg.dump()
+    assert UpgradeConfig().from_ is None and UpgradeConfig().hidden == 256
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        UpgradeConfig.model_validate({"hiden": 3})
+    with pytest.raises(ValidationError):
+        UpgradeConfig.model_validate({"loss": "l1"})
+
+
+def test_config_module_is_import_light():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, compat.backfill.config; "
+        "print(any(m in sys.modules for m in ('torch', 'faiss', 'sklearn', 'mlflow')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,63 @@
+"""A real SIGKILL of ``compat backfill`` mid-run, then the same command again: it resumes from
+the saved batches and writes exactly what an uninterrupted run writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from compat.backfill.apply import DELAY_ENV, work_dir_for
+from compat.evaluate.bundle import load_bundle
+from compat.io import sha256_file
+from compat.models.upgrade import upgrade_array
+
+
+def _cmd(root, out):
+    return [
+        sys.executable, "-m", "compat.cli.main", "backfill",
+        "--gallery", str(root / "g.npz"), "--from", "v1", "--to", "v2",
+        "--out", str(out), "--models", str(root / "models"),
+        "--batch-size", "10", "--no-progress", "--json",
+    ]  # fmt: skip
+
+
+def test_sigkill_then_rerun_resumes_and_matches(tmp_path, kit):
+    psi, _ = kit.make_psi(tmp_path / "models" / "v2" / "upgrade")
+    gallery = kit.make_gallery(tmp_path / "g.npz", n=200)
+    digest = sha256_file(tmp_path / "g.npz")
+    out = tmp_path / "g2.npz"
+    work = work_dir_for(out)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", DELAY_ENV: "0.25"}
+    victim = subprocess.Popen(
+        _cmd(tmp_path, out), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and victim.poll() is None:
+        if len(list(work.glob("batch-*.npy"))) >= 3:
+            break
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    assert victim.returncode == -signal.SIGKILL, victim.stderr.read().decode()[-2000:]
+    saved = len(list(work.glob("batch-*.npy")))
+    assert 3 <= saved < 20
+    assert not out.exists()  # the output appears only when complete
+    assert not list(tmp_path.glob(".g2.npz.*.tmp"))
+
+    env.pop(DELAY_ENV)
+    done = subprocess.run(_cmd(tmp_path, out), env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    result = json.loads(done.stdout)
+    assert result["resumed_batches"] == saved and result["upgraded"] == 200
+    assert "resuming" in done.stderr.decode()
+    got = load_bundle(out)
+    np.testing.assert_allclose(got.embeddings, upgrade_array(psi, gallery.embeddings), atol=1e-6)
+    assert got.row_versions == ["v2"] * 200
+    assert not work.exists()
+    assert sha256_file(tmp_path / "g.npz") == digest

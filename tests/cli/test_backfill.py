@@ -1,0 +1,103 @@
+"""``compat backfill`` through typer's runner: exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from compat.cli.main import app
+from compat.evaluate.bundle import EmbeddingBundle, load_bundle, save_bundle
+from compat.io import sha256_file
+from compat.models.upgrade import UpgradeModule, save_upgrade
+
+runner = CliRunner()
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _psi(folder: Path, in_dim=8, out_dim=8, source="v1", target="v2"):
+    torch.manual_seed(0)
+    psi = UpgradeModule(in_dim, out_dim, hidden=16).eval()
+    save_upgrade(folder, psi, {"from": source, "to": target, "loss": "mse"})
+
+
+def _gallery(path: Path, n=30, d=8, version="v1", nan=False):
+    emb = _unit(np.random.default_rng(0).standard_normal((n, d)))
+    if nan:
+        emb[2, 0] = np.nan
+        np.savez(path, embeddings=emb, labels=np.arange(n), version=version)
+        return
+    save_bundle(path, EmbeddingBundle(embeddings=emb, labels=np.arange(n), version=version))
+
+
+@pytest.fixture()
+def proj(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _psi(tmp_path / "models" / "v2" / "upgrade")
+    _gallery(tmp_path / "g.npz")
+    return tmp_path
+
+
+def cli(*args):
+    return runner.invoke(app, ["backfill", *args])
+
+
+BASE = ("--gallery", "g.npz", "--from", "v1", "--to", "v2", "--out", "g2.npz")
+
+
+def test_backfill_succeeds_and_reports(proj):
+    digest = sha256_file("g.npz")
+    r = cli(*BASE, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert (
+        "backfill: 30 of 30 rows upgraded v1 -> v2 in 1 batches; 30 rows in v2, 0 in v1" in r.stdout
+    )
+    assert load_bundle("g2.npz").row_versions == ["v2"] * 30
+    assert sha256_file("g.npz") == digest
+
+
+def test_partial_backfill_json(proj):
+    r = cli(*BASE, "--fraction", "0.25", "--order", "random", "--seed", "3", "--json",
+            "--batch-size", "4", "--no-progress")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert (res["upgraded"], res["remaining"], res["batches"]) == (7, 23, 2)
+    assert load_bundle("g2.npz").row_versions.count("v2") == 7
+
+
+def _one_line_error(r, code, text):
+    assert r.exit_code == code, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err and text in err, err
+
+
+def test_missing_files_exit_3(proj):
+    _one_line_error(cli(*BASE[:1], "nope.npz", *BASE[2:]), 3, "nope.npz: file not found")
+    _one_line_error(cli(*BASE, "--models", "elsewhere"), 3, "upgrade module card not found")
+
+
+def test_bad_input_exit_4(proj):
+    _gallery(Path("g0.npz"), version="v0")
+    _one_line_error(
+        cli("--gallery", "g0.npz", *BASE[2:]), 4, "row 0 was made by 'v0', not by --from 'v1'"
+    )
+    _gallery(Path("wide.npz"), d=12)
+    _one_line_error(cli("--gallery", "wide.npz", *BASE[2:]), 4, "psi takes 8-dim rows")
+    _gallery(Path("nan.npz"), nan=True)
+    _one_line_error(cli("--gallery", "nan.npz", *BASE[2:]), 4, "NaN or inf (first in row 2)")
+    _psi(Path("other"), source="v0")
+    _one_line_error(cli(*BASE, "--psi", "other"), 4, "psi upgrades v0 -> v2")
+    assert not Path("g2.npz").exists()
+
+
+def test_usage_errors_exit_2(proj):
+    _one_line_error(cli(*BASE[:6], "--out", "g.npz"), 2, "is the input gallery")
+    _one_line_error(cli(*BASE, "--order", "newest"), 2, "--order 'newest'")
+    assert cli(*BASE, "--fraction", "1.5").exit_code == 2
