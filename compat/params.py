@@ -13,9 +13,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from compat.backfill.config import UpgradeConfig
 from compat.data.config import DataParams, EmbeddedData
 from compat.data.split import SplitParams
 from compat.errors import BadInputError, NotFoundError
+from compat.evaluate.config import EvaluateConfig
+from compat.train.config import TrainConfig
 
 PARAMS_FILE = "params.yaml"
 
@@ -27,6 +30,9 @@ class Params(BaseModel):
 
     data: DataParams = Field(default_factory=EmbeddedData)
     split: SplitParams = SplitParams()
+    train: dict[str, TrainConfig] = Field(default_factory=dict)
+    upgrade: dict[str, UpgradeConfig] = Field(default_factory=dict)
+    evaluate: EvaluateConfig | None = None
 
 
 def _field_path(loc: tuple, raw: Any) -> list[str]:

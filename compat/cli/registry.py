@@ -134,24 +134,37 @@ def _print_verdict(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = _console()
-    table = Table(
-        title=f"{report['version']} vs {report['parent']}"
-        + (" (dry run)" if report["dry_run"] else "")
-    )
-    for col in ("criterion", "gallery", "new", "baseline", "diff", "lower bound", "verdict"):
-        table.add_column(col)
-    for c in report["criteria"]:
-        table.add_row(
-            f"{c['protocol']} {c['metric']}: {c['require']}"
-            + (f" + {c['margin']:g}" if c["margin"] else ""),
-            c["gallery"],
-            _fmt(c["lhs_value"]),
-            _fmt(c["rhs_value"]),
-            _fmt(c["difference"]),
-            _fmt(c["lower_bound"]) if c["confidence"] else "-",
-            "[green]pass[/]" if c["passed"] else "[red]FAIL[/]",
+    if not report["criteria"]:
+        console.print(f"{report['version']} has no parent: no criteria to check")
+    else:
+        title = f"{report['version']} vs {report['parent']}"
+        table = Table(title=title + (" (dry run)" if report["dry_run"] else ""))
+        columns = (
+            "protocol",
+            "metric",
+            "require",
+            "gallery",
+            "new",
+            "baseline",
+            "diff",
+            "lower bound",
+            "verdict",
         )
-    console.print(table)
+        for col in columns:
+            table.add_column(col, no_wrap=True)
+        for c in report["criteria"]:
+            table.add_row(
+                c["protocol"],
+                c["metric"],
+                c["require"] + (f" + {c['margin']:g}" if c["margin"] else ""),
+                c["gallery"],
+                _fmt(c["lhs_value"]),
+                _fmt(c["rhs_value"]),
+                _fmt(c["difference"]),
+                _fmt(c["lower_bound"]) if c["confidence"] else "-",
+                "[green]pass[/]" if c["passed"] else "[red]FAIL[/]",
+            )
+        console.print(table)
     for protocol, per in report["gain"].items():
         for metric, g in per.items():
             value = "n/a" if g["value"] is None else f"{g['value']:.1%}"

@@ -1,0 +1,107 @@
+"""The real stages end to end on a tiny configuration, then the gate (DESIGN.md, Tests).
+
+data -> split -> train (old, bct, independent) -> evaluate, as DVC runs them (subprocesses in
+the project folder), then compat register / promote. The independent version's cross test is near
+chance and it fails its contract with exit code 1 (BCT Table 1; REFERENCE.md expected result 1);
+the bct version's cross test is far above the independent one's. At this size (1,120 training
+images) bct's cross test does not reliably beat old/old, so whether bct passes is checked on the
+full default chain (benchmarks/first_results.py), not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+PARAMS = """
+data: {{kind: embedded, classes: 100, images_per_class: 16, size: 16, workers: 1, cache: "{cache}"}}
+split:
+  eval: {{classes: 30, pairs: 400, open_set_fraction: 0.1}}
+  scenarios:
+    - {{kind: extended-data, old_fraction: 0.5, old: old, new: new}}
+train:
+  old: {{backbone: small-cnn, dim: 32, split: old, epochs: 3, batch_size: 32, seed: 1, threads: 2}}
+  bct: {{backbone: small-cnn, dim: 32, split: new, epochs: 8, batch_size: 32, seed: 2, threads: 2,
+         method: bct, parent: old}}
+  ind: {{backbone: small-cnn, dim: 32, split: new, epochs: 8, batch_size: 32, seed: 3, threads: 2}}
+evaluate:
+  chain: [old, bct]
+  paragon: {{bct: ind}}
+  bootstrap: 200
+"""
+
+
+def contract(version: str, parent: str | None) -> str:
+    text = f"version: {version}\\nembedding_dim: 32\\nhead: cosface\\n"
+    if parent:
+        text += (
+            f"parent: {parent}\\ncriteria:\\n"
+            "  - {protocol: identification, metric: top1, require: cross > self_parent}\\n"
+            "  - {protocol: identification, metric: mAP, require: cross > self_parent}\\n"
+        )
+    return text
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COMPAT_ACTOR": "e2e"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def test_pipeline_then_gate(tmp_path: Path):
+    (tmp_path / "params.yaml").write_text(PARAMS.format(cache=tmp_path / "render-cache"))
+    for stage in (
+        ["data"],
+        ["split"],
+        ["train", "old"],
+        ["train", "bct"],
+        ["train", "ind"],
+        ["evaluate"],
+    ):
+        script = str(REPO / "stages" / f"{stage[0]}.py")
+        r = _run([sys.executable, script, *stage[1:]], tmp_path)
+        assert r.returncode == 0, f"{stage}: {r.stderr[-2000:]}"
+    report = json.loads((tmp_path / "metrics/compat.json").read_text())
+    top1 = report["matrix"]["identification"]["top1"]
+    chance = 1 / 27  # 30 evaluation classes, 3 of them non-mated
+    assert top1["bct"]["old"] > 3 * chance
+
+    (tmp_path / "contracts").mkdir()
+    for v, parent in (("old", None), ("bct", "old"), ("ind", "old")):
+        (tmp_path / "contracts" / f"{v}.yaml").write_text(contract(v, parent))
+    compat = [sys.executable, "-m", "compat.cli.main"]
+    for v in ("old", "bct", "ind"):
+        r = _run([*compat, "register", v], tmp_path)
+        assert r.returncode == 0, r.stderr
+    assert _run([*compat, "promote", "old"], tmp_path).returncode == 0
+    r = _run(
+        [*compat, "promote", "ind", "--against", "old", "--json", "--bootstrap", "200"], tmp_path
+    )
+    assert r.returncode == 1, r.stderr
+    ind = json.loads(r.stdout)
+    assert not ind["passed"]
+    ind_cross = ind["matrix"]["identification"]["top1"]["ind"]["old"]
+    assert ind_cross < 2 * chance < top1["bct"]["old"]
+    r = _run(
+        [
+            *compat,
+            "promote",
+            "bct",
+            "--against",
+            "old",
+            "--dry-run",
+            "--json",
+            "--bootstrap",
+            "200",
+        ],
+        tmp_path,
+    )
+    assert r.returncode in (0, 1), r.stderr
+    assert (
+        json.loads(r.stdout)["matrix"]["identification"]["top1"]["bct"]["old"] == top1["bct"]["old"]
+    )
