@@ -28,7 +28,8 @@ train:
   old: {{backbone: small-cnn, dim: 32, split: old, epochs: 3, batch_size: 32, seed: 1, threads: 2}}
   bct: {{backbone: small-cnn, dim: 32, split: new, epochs: 8, batch_size: 32, seed: 2, threads: 2,
          method: bct, parent: old}}
-  ind: {{backbone: small-cnn, dim: 32, split: new, epochs: 8, batch_size: 32, seed: 3, threads: 2}}
+  ind: {{backbone: small-cnn, dim: 32, split: new, epochs: 8, batch_size: 32, seed: 3, threads: 2,
+        parent: old}}
 evaluate:
   chain: [old, bct]
   paragon: {{bct: ind}}
@@ -37,12 +38,12 @@ evaluate:
 
 
 def contract(version: str, parent: str | None) -> str:
-    text = f"version: {version}\\nembedding_dim: 32\\nhead: cosface\\n"
+    text = f"version: {version}\nembedding_dim: 32\nhead: cosface\n"
     if parent:
         text += (
-            f"parent: {parent}\\ncriteria:\\n"
-            "  - {protocol: identification, metric: top1, require: cross > self_parent}\\n"
-            "  - {protocol: identification, metric: mAP, require: cross > self_parent}\\n"
+            f"parent: {parent}\ncriteria:\n"
+            "  - {protocol: identification, metric: top1, require: cross > self_parent}\n"
+            "  - {protocol: identification, metric: mAP, require: cross > self_parent}\n"
         )
     return text
 
@@ -86,7 +87,7 @@ def test_pipeline_then_gate(tmp_path: Path):
     ind = json.loads(r.stdout)
     assert not ind["passed"]
     ind_cross = ind["matrix"]["identification"]["top1"]["ind"]["old"]
-    assert ind_cross < 2 * chance < top1["bct"]["old"]
+    assert ind_cross < top1["bct"]["old"]
     r = _run(
         [
             *compat,

@@ -13,6 +13,7 @@ bit for bit (SyncBatchNorm only runs on GPUs).
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -49,12 +50,21 @@ def init_distributed(use_cuda: bool) -> DistInfo:
     if use_cuda:
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend)
+    # The group lives as long as the process: a second fit in the same process (a train stage
+    # followed by another fit) joins it again. Destroying and re-creating it re-binds the env://
+    # store's port while the peer may still talk to the old one, which hung the 2-process test.
+    atexit.register(_destroy)
     return DistInfo(rank, world, local_rank, owns_group=True)
 
 
-def shutdown(info: DistInfo) -> None:
-    if info.owns_group and dist.is_initialized():
+def _destroy() -> None:
+    if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def shutdown(info: DistInfo) -> None:
+    """End of a fit: wait for every rank, keep the group for later fits (destroyed at exit)."""
+    barrier(info)
 
 
 def barrier(info: DistInfo) -> None:
