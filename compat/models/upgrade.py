@@ -34,6 +34,7 @@ from torch import nn
 
 from compat.errors import BadInputError, NotFoundError
 from compat.io import atomic_path, sha256_bytes, write_json
+from compat.models.version import read_verified
 
 UPGRADE_DIR = "upgrade"
 WEIGHTS = "weights.safetensors"
@@ -196,15 +197,7 @@ def load_upgrade(path: str | Path) -> tuple[UpgradeModule, dict[str, Any]]:
     folder = Path(path)
     card = read_upgrade_card(folder)
     weights = folder / WEIGHTS
-    if not weights.is_file():
-        raise NotFoundError(f"{weights}: upgrade module weights not found")
-    blob = weights.read_bytes()
-    digest = sha256_bytes(blob)
-    if digest != card["weights_sha256"]:
-        raise BadInputError(
-            f"{weights}: sha256 {digest[:12]}... does not match card.json weights_sha256 "
-            f"{str(card['weights_sha256'])[:12]}...; the weights were changed or the card is stale"
-        )
+    blob = read_verified(weights, card["weights_sha256"], "upgrade module weights")
     psi = UpgradeModule(
         int(card["in_dim"]), int(card["out_dim"]), int(card["hidden"]), int(card["blocks"])
     )

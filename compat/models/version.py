@@ -83,6 +83,20 @@ def read_card(path: str | Path) -> dict[str, Any]:
     return card
 
 
+def read_verified(path: Path, expected_sha256: str, what: str) -> bytes:
+    """The bytes of a weights file whose sha256 must equal the one its card records."""
+    if not path.is_file():
+        raise NotFoundError(f"{path}: {what} not found")
+    blob = path.read_bytes()
+    digest = sha256_bytes(blob)
+    if digest != expected_sha256:
+        raise BadInputError(
+            f"{path}: sha256 {digest[:12]}... does not match card.json weights_sha256 "
+            f"{str(expected_sha256)[:12]}...; the weights were changed or the card is stale"
+        )
+    return blob
+
+
 def read_weights(path: str | Path, card: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """Load the weights tensors of a version folder after checking their sha256 against the card."""
     from safetensors.torch import load
@@ -90,15 +104,7 @@ def read_weights(path: str | Path, card: dict[str, Any] | None = None) -> dict[s
     folder = Path(path)
     card = read_card(folder) if card is None else card
     weights_path = folder / WEIGHTS
-    if not weights_path.is_file():
-        raise NotFoundError(f"{weights_path}: weights not found")
-    blob = weights_path.read_bytes()
-    digest = sha256_bytes(blob)
-    if digest != card["weights_sha256"]:
-        raise BadInputError(
-            f"{weights_path}: sha256 {digest[:12]}... does not match card.json weights_sha256 "
-            f"{str(card['weights_sha256'])[:12]}...; the weights were changed or the card is stale"
-        )
+    blob = read_verified(weights_path, card["weights_sha256"], "weights")
     try:
         return load(blob)
     except Exception as err:
