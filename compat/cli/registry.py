@@ -82,7 +82,8 @@ def promote_cmd(
         help="the version production must still point at (compare-and-set); may be omitted only while production is unset",
     ),
     paragon: str | None = typer.Option(
-        None, help="version to measure the update gain against (default: the contract's paragon)"
+        None,
+        help="version to measure the update gain against (default: the contract's paragon, else params.yaml evaluate.paragon)",
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="evaluate and print the verdict; write nothing"

@@ -46,6 +46,26 @@ class Paths:
     eval_manifest: Path = Path("splits/eval.json")
     source: Path = Path("data/source.json")
     cache: Path = Path("cache/embeddings")
+    params: Path = Path("params.yaml")
+
+
+def params_paragon(params: Path, version: str) -> str | None:
+    """The paragon ``params.yaml`` names for ``version`` (``evaluate.paragon``), if any.
+
+    Only the ``evaluate`` section is read and validated: promote must not fail on a params file
+    whose other sections belong to a newer pipeline.
+    """
+    if not params.is_file():
+        return None
+    from compat.evaluate.config import EvaluateConfig
+    from compat.params import read_yaml, validate_with
+
+    raw = read_yaml(params)
+    section = raw.get("evaluate") if isinstance(raw, dict) else None
+    if not section:
+        return None
+    cfg = validate_with(EvaluateConfig, section, params, prefix="evaluate")
+    return cfg.paragon.get(version)
 
 
 @dataclass
@@ -243,7 +263,7 @@ def promote(
     paths = paths or Paths()
     contract_path = paths.contracts / f"{version}.yaml"
     contract: Contract = load_contract(contract_path)
-    paragon = paragon or contract.paragon
+    paragon = paragon or contract.paragon or params_paragon(paths.params, version)
     rec = reg.get(version)
     check_facts(contract, _card_of(rec), f"{contract_path}")
     if contract.parent is None:

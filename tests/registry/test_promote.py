@@ -251,3 +251,25 @@ def test_register_is_idempotent_and_refuses_other_weights(project):
     assert r.exit_code == 0 and json.loads(r.stdout)["created"] is False
     r = cli("register", "v1", "--embeddings", str(project.bundle("v1", project.embeddings(1.5, 5))))
     assert r.exit_code == 4 and "already registered" in r.stderr
+
+
+def test_gain_uses_params_paragon_when_the_contract_names_none(project):
+    """Issue 5: the update gain is measured against the paragon the contract or params name."""
+    _setup(project, project.embeddings(0.8, 2))
+    project.contract("v2p")
+    assert cli("register", "v2p", "--embeddings", str(project.bundle("v2p", project.embeddings(0.5, 3)))).exit_code == 0  # fmt: skip
+    r = cli("promote", "v2", "--against", "v1", "--json", "--dry-run")
+    assert json.loads(r.stdout)["gain"] == {}  # neither contract nor params name one
+    (project.root / "params.yaml").write_text(
+        "evaluate:\n  chain: [v1, v2]\n  paragon: {v2: v2p}\n"
+    )
+    r = cli("promote", "v2", "--against", "v1", "--json", "--dry-run")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    gain = report["gain"]["identification"]["top1"]
+    m = report["matrix"]["identification"]["top1"]
+    expected = (m["v2"]["v1"] - m["v1"]["v1"]) / (m["v2p"]["v2p"] - m["v1"]["v1"])  # BCT Eq. 9
+    assert gain["paragon"] == "v2p" and gain["value"] == pytest.approx(expected)
+    (project.root / "params.yaml").write_text("evaluate:\n  paragon: {v2: [oops]}\n")
+    r = cli("promote", "v2", "--against", "v1", "--dry-run")
+    assert r.exit_code == 4 and "params.yaml: evaluate.paragon" in r.output
