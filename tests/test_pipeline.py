@@ -1,24 +1,33 @@
-"""dvc.yaml and params.yaml name the same versions (DESIGN.md: one name four times)."""
+"""dvc.yaml and params.yaml name the same versions (DESIGN.md: one name four times).
+
+Checked for the default pipeline at the root and for experiments/bict (the lambda sweep), whose
+stages run the same scripts from its own folder.
+"""
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from compat.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
+PIPELINES = {"root": (REPO, ""), "bict": (REPO / "experiments" / "bict", "../../")}
+pipelines = pytest.mark.parametrize("pipeline", list(PIPELINES))
 
 
-def test_every_trained_version_has_its_stage_with_the_right_deps():
-    params = load_params(REPO / "params.yaml")
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+@pipelines
+def test_every_trained_version_has_its_stage_with_the_right_deps(pipeline):
+    folder, up = PIPELINES[pipeline]
+    params = load_params(folder / "params.yaml")
+    stages = yaml.safe_load((folder / "dvc.yaml").read_text())["stages"]
     train_stages = {
         name.removeprefix("train-"): s for name, s in stages.items() if name.startswith("train-")
     }
     assert set(train_stages) == set(params.train)
     for version, cfg in params.train.items():
         stage = train_stages[version]
-        assert stage["cmd"].split()[:3] == ["python", "stages/train.py", version]
+        assert stage["cmd"].split()[:3] == ["python", f"{up}stages/train.py", version]
         assert stage["params"] == [f"train.{version}"]
         files = ("weights.safetensors", "card.json", "train_metrics.json")
         assert stage["outs"] == [f"models/{version}/{f}" for f in files]
@@ -29,9 +38,11 @@ def test_every_trained_version_has_its_stage_with_the_right_deps():
         assert parents == expected
 
 
-def test_evaluate_stage_depends_on_every_evaluated_version():
-    params = load_params(REPO / "params.yaml")
-    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["evaluate"]
+@pipelines
+def test_evaluate_stage_depends_on_every_evaluated_version(pipeline):
+    folder, _ = PIPELINES[pipeline]
+    params = load_params(folder / "params.yaml")
+    stage = yaml.safe_load((folder / "dvc.yaml").read_text())["stages"]["evaluate"]
     evaluated = set(params.evaluate.chain) | set(params.evaluate.paragon.values())
     weights = {d.split("/")[1] for d in stage["deps"] if d.endswith("/weights.safetensors")}
     assert weights == evaluated
@@ -40,10 +51,47 @@ def test_evaluate_stage_depends_on_every_evaluated_version():
     assert stage["params"] == ["evaluate"]
 
 
-def test_no_stage_writes_to_the_registry():
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+@pipelines
+def test_no_stage_writes_to_the_registry(pipeline):
+    folder, _ = PIPELINES[pipeline]
+    stages = yaml.safe_load((folder / "dvc.yaml").read_text())["stages"]
     for name, stage in stages.items():
         stage = stage.get("do", stage)  # foreach stages keep their body under "do"
         assert "compat register" not in stage["cmd"] and "compat promote" not in stage["cmd"], name
         outs = [o if isinstance(o, str) else next(iter(o)) for o in stage.get("outs", [])]
         assert not any(o.startswith("registry") for o in outs), name
+
+
+def _load_summarize():
+    import importlib.util
+
+    path = REPO / "experiments" / "bict" / "summarize.py"
+    spec = importlib.util.spec_from_file_location("bict_summarize", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bict_summary_reads_each_finished_experiment_once_sorted_by_lambda():
+    summarize = _load_summarize()
+
+    def rev(name, lam, backward=None):
+        metrics = {}
+        if backward is not None:
+            cell = {k: 0.5 for k in ("old", "backward", "forward", "self")} | {"backward": backward}
+            metrics = {summarize.METRICS: {"data": {"v2": {"identification": {"top1": cell, "mAP": cell}}}}}  # fmt: skip
+        params = {summarize.PARAMS: {"data": {"train": {"v2": {"method_params": {"lam": lam}}}}}}
+        return {"rev": "0" * 40, "name": name, "data": {"metrics": metrics, "params": params}}
+
+    show = [
+        {"rev": "workspace", "data": {}, "experiments": None},
+        {**rev("main", 1.0, 0.30), "experiments": [
+            {"revs": [rev("b", 3.0, 0.25)]},
+            {"revs": [rev("a", 0.0, 0.01)]},
+            {"revs": [rev("queued", 0.3)]},  # no metrics yet: skipped
+        ]},
+    ]  # fmt: skip
+    rows = summarize.rows_from(show)
+    assert [r["lam"] for r in rows] == [0.0, 1.0, 3.0]
+    assert [r["backward_top1"] for r in rows] == pytest.approx([1.0, 30.0, 25.0])
+    assert rows[1]["name"] == "main" and rows[1]["forward_mAP"] == pytest.approx(50.0)
