@@ -1,6 +1,6 @@
 """The BiCT lambda trade-off from this folder's DVC experiments: a table and a curve.
 
-Reads ``dvc exp show --json`` (every experiment of this pipeline, queued with
+Reads ``dvc exp show --json --all-commits`` (every experiment of this pipeline, on any commit, queued with
 ``dvc exp run --queue -S 'train.v2.method_params.lam=...'``), takes each one's
 ``metrics/forward.json`` (M(v1, v1), backward M(v2, v1), forward M(v2, psi(v1)), self M(v2, v2))
 and writes ``results/lambda.md`` and ``results/lambda.png``: identification top-1 and mAP
@@ -47,7 +47,9 @@ def rows_from(exp_show: list[dict]) -> list[dict]:
 
 
 def main() -> int:
-    r = subprocess.run(["dvc", "exp", "show", "--json"], cwd=HERE, capture_output=True, text=True)
+    r = subprocess.run(
+        ["dvc", "exp", "show", "--json", "--all-commits"], cwd=HERE, capture_output=True, text=True
+    )
     if r.returncode != 0:
         print(r.stderr, file=sys.stderr)
         return r.returncode
