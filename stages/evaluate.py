@@ -5,11 +5,15 @@ Reads params.yaml ``evaluate`` (:class:`compat.evaluate.config.EvaluateConfig`),
 paragon. Embeddings are cached in ``cache/embeddings/`` keyed by (weights sha256, data
 fingerprint, transform). Writes ``metrics/compat.json``, ``metrics/<protocol>.json``,
 ``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`).
-Usage: ``python stages/evaluate.py``.
+Usage: ``python stages/evaluate.py [--params FILE --section KEY] [--metrics DIR] [--plots DIR]
+[--cache DIR]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
+``metrics/``, ``plots/``, ``cache/embeddings/``); a pipeline that evaluates several chains (e.g.
+``experiments/sequence``) points each run at its own section and folders.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -22,21 +26,29 @@ from compat.evaluate.runner import run_evaluation
 PARAMS = "params.yaml"
 
 
-def load_config(path: str = PARAMS) -> EvaluateConfig:
+def load_config(path: str = PARAMS, section: str = "evaluate") -> EvaluateConfig:
     from compat.params import read_yaml, validate_with
 
     raw = read_yaml(path) or {}
-    if not isinstance(raw, dict) or "evaluate" not in raw:
-        raise NotFoundError(f"{path}: evaluate: section missing")
-    return validate_with(EvaluateConfig, raw["evaluate"], path, prefix="evaluate")
+    if not isinstance(raw, dict) or section not in raw:
+        raise NotFoundError(f"{path}: {section}: section missing")
+    return validate_with(EvaluateConfig, raw[section], path, prefix=section)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     from compat.data.sources import open_source
     from compat.data.split import load_eval_manifest
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default=PARAMS)
+    parser.add_argument("--section", default="evaluate")
+    parser.add_argument("--metrics", default="metrics")
+    parser.add_argument("--plots", default="plots")
+    parser.add_argument("--cache", default="cache/embeddings")
+    # In-process callers (tests) pass nothing: the defaults, never pytest's own argv.
+    args = parser.parse_args([] if argv is None else argv)
     try:
-        config = load_config()
+        config = load_config(args.params, args.section)
         manifest = load_eval_manifest("splits/eval.json")
         source = open_source("data/source.json")
 
@@ -51,15 +63,15 @@ def main() -> int:
             source.load,
             source.fingerprint,
             load_model,
-            "cache/embeddings",
+            args.cache,
             report=print,
         )
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
     # Outputs of a previous run with other versions must not linger in the plots folder.
-    shutil.rmtree("plots/cmc", ignore_errors=True)
-    write_report(report, "metrics", "plots")
+    shutil.rmtree(Path(args.plots) / "cmc", ignore_errors=True)
+    write_report(report, args.metrics, args.plots)
     for protocol, by_metric in report["matrix"].items():
         for metric, rows in by_metric.items():
             cells = ", ".join(
@@ -72,4 +84,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -137,13 +137,23 @@ def _frames_and_checks(
                     f"items a subset of {child}'s (chain)",
                 )
         elif sc.kind == "incremental":
-            for prev, cur in itertools.pairwise(names):
+            tasks = sc.task_names()
+            for prev, cur in itertools.pairwise(tasks):
                 relation(
                     prev,
                     "label",
                     manifests[cur].classes,
                     False,
                     f"classes kept by {cur} (incremental)",
+                )
+            for t in sc.cumulative:
+                task = tasks[t - 1]
+                relation(
+                    f"{task}-all",
+                    "label",
+                    manifests[task].classes,
+                    False,
+                    f"classes seen by {task} (cumulative)",
                 )
         else:
             old, new = names

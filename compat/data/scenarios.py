@@ -117,7 +117,13 @@ class Chain(_Scenario):
 
 class Incremental(_Scenario):
     """Class-incremental task sequences (CL2R): ``initial`` classes, then ``per_task`` new ones
-    per task, each task replaying up to ``memory`` images of every class seen before."""
+    per task, each task replaying up to ``memory`` images of every class seen before.
+
+    Task t's training set is named ``<prefix><t>`` (``t1``, ``t2``, ...). For every task listed in
+    ``cumulative`` a second set ``<prefix><t>-all`` holds *every* image of every class seen up to
+    task t (no replay limit): what a replacement model, trained from scratch on all data seen so
+    far, learns from. Both sets of task t share its class order.
+    """
 
     kind: Literal["incremental"]
     initial: int = Field(10, ge=1)
@@ -125,9 +131,25 @@ class Incremental(_Scenario):
     tasks: int = Field(5, ge=1, description="number of tasks, the initial one included")
     memory: int = Field(0, ge=0, description="replay images kept per earlier class")
     prefix: str = "t"
+    cumulative: list[int] = Field(
+        default_factory=list,
+        description="tasks (1-based) that also get '<prefix><t>-all': all images seen so far",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Incremental:
+        bad = [t for t in self.cumulative if not 1 <= t <= self.tasks]
+        if bad:
+            raise ValueError(f"cumulative: tasks must lie in 1..{self.tasks}, got {bad}")
+        if len(set(self.cumulative)) != len(self.cumulative):
+            raise ValueError("cumulative: a task is listed twice")
+        return self
+
+    def task_names(self) -> list[str]:
+        return [f"{self.prefix}{t}" for t in range(1, self.tasks + 1)]
 
     def names(self) -> list[str]:
-        return [f"{self.prefix}{t}" for t in range(1, self.tasks + 1)]
+        return self.task_names() + [f"{self.prefix}{t}-all" for t in sorted(self.cumulative)]
 
     def assign(self, pool: Pool) -> TrainSets:
         classes = list(pool)
@@ -138,14 +160,16 @@ class Incremental(_Scenario):
             )
         out: TrainSets = {}
         seen: list[str] = []
-        for t, name in enumerate(self.names()):
+        for t, name in enumerate(self.task_names()):
             lo = 0 if t == 0 else self.initial + self.per_task * (t - 1)
             hi = self.initial + self.per_task * t
             new_cls = classes[lo:hi]
             replay = [i for c in seen for i in pool[c][: self.memory]]
             out[name] = (replay + [i for c in new_cls for i in pool[c]], seen + new_cls)
             seen = seen + new_cls
-        return out
+            if t + 1 in self.cumulative:
+                out[f"{name}-all"] = ([i for c in seen for i in pool[c]], list(seen))
+        return {name: out[name] for name in self.names()}
 
 
 Scenario = Annotated[TwoVersion | Chain | Incremental, Field(discriminator="kind")]

@@ -244,6 +244,19 @@ def write_report(
     return written
 
 
+def _sequence_line(seq: Mapping[str, Any] | None, length: int) -> str:
+    """AC/AA/BC/FC under a heatmap panel's title, for chains of three or more versions."""
+    if not seq or length < 3:
+        return ""
+
+    def pct(key: str) -> str:
+        v = seq.get(key)
+        return "n/a" if v is None else f"{100 * v:.1f}"
+
+    ac = "n/a" if seq.get("ac") is None else f"{seq['ac']:.2f}"
+    return f"\nAC {ac}  AA {pct('aa')}\nBC {pct('bc')}  FC {pct('fc')}"
+
+
 def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) -> list[Path]:
     """Compatibility heatmaps (one PNG per protocol, a panel per metric) and the CMC curves."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -262,9 +275,17 @@ def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) ->
         if not metrics:
             continue
         n = len(versions)
-        fig = Figure(figsize=(3.2 * len(metrics) + 0.5, 0.45 * n + 2.2), layout="constrained")
+        # Cells keep ~0.5 in a side however long the chain, so a 7-version sequence stays
+        # readable; short chains keep the old 3.2 in panels.
+        panel = max(3.2, 0.5 * n + 1.0)
+        fig = Figure(
+            figsize=(panel * len(metrics) + 0.5, max(0.45 * n + 2.2, 0.5 * n + 1.6)),
+            layout="constrained",
+        )
         FigureCanvasAgg(fig)
         axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+        fontsize = 8 if n <= 8 else 6
+        sequence = report.get("sequence", {}).get(protocol, {})
         for ax, metric in zip(axes, metrics, strict=True):
             grid = np.full((n, n), np.nan)
             for qi, q in enumerate(versions):
@@ -280,14 +301,14 @@ def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) ->
                         f"{100 * v:.1f}",
                         ha="center",
                         va="center",
-                        fontsize=8,
+                        fontsize=fontsize,
                         color="white" if v < 0.6 else "black",
                     )
             ax.set_xticks(range(n), versions, rotation=45, ha="right")
             ax.set_yticks(range(n), versions)
             ax.set_xlabel("gallery version")
             ax.set_ylabel("query version")
-            ax.set_title(metric)
+            ax.set_title(metric + _sequence_line(sequence.get(metric), len(report["chain"])))
         fig.suptitle(f"{protocol}: M[query][gallery] (%)")
         path = out_dir / f"heatmap_{protocol}.png"
         fig.savefig(path, dpi=110)

@@ -52,6 +52,12 @@ class TrainConfig(BaseModel):
         default_factory=dict, description="validated by the method's own params model"
     )
     parent: str | None = None
+    init: Literal["scratch", "parent"] = Field(
+        "scratch",
+        description="parent: fine-tune, starting from the parent's weights (backbone and "
+        "embedding layer; a learnable head's rows matched by class name, new classes get fresh "
+        "rows); needs the parent's backbone, pooling, dim and head",
+    )
 
     # data
     split: str | None = Field(

@@ -28,6 +28,7 @@ import torch
 from compat.errors import BadInputError, NotFoundError
 from compat.io import fingerprint
 from compat.train.config import TrainConfig
+from compat.train.init import check_init
 
 METRICS = "train_metrics.json"
 
@@ -121,6 +122,7 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
         parent_card = read_card(parent_dir)
         parent_card.setdefault("version", cfg.parent)
     loss.check(parent_card, head=cfg.head, dim=cfg.dim)
+    check_init(version, cfg, parent_card)
     if loss.init_from_parent and parent_card is not None:
         for key in ("backbone", "pooling"):
             if parent_card.get(key) != getattr(cfg, key):
@@ -207,8 +209,13 @@ def train_arrays(
                 f"parent {cfg.parent} was trained on {parent.card['image_size']} px images with "
                 f"{parent.card['in_channels']} channels; these are {h} px with {channels}"
             )
-        if loss.init_from_parent:
-            model.load_state_dict(parent.model.state_dict())
+    init: dict[str, Any] = {"kind": "scratch"}
+    if parent is not None and loss.init_from_parent and cfg.init == "scratch":
+        # lwf's own switch: the parent's model only; its classifier lives in the method.
+        model.load_state_dict(parent.model.state_dict())
+        init = {"kind": "parent-model", "parent": cfg.parent, "by": f"method {cfg.method}"}
+    if cfg.init == "parent":
+        init = _init_from_parent(model, head, classes, plan, (channels, h))
 
     run_fp = fingerprint(
         {
@@ -258,6 +265,7 @@ def train_arrays(
         **loss.describe(),
         "parent": cfg.parent,
         "parent_weights_sha256": None if parent_card is None else parent_card["weights_sha256"],
+        "init": init,
         "split": data.split,
         "data_fingerprint": data.data_fingerprint,
         "source_fingerprint": data.source_fingerprint,
@@ -287,6 +295,30 @@ def train_arrays(
         if not keep_checkpoint and ckpt.is_dir():
             shutil.rmtree(ckpt, ignore_errors=True)
     return card
+
+
+def _init_from_parent(
+    model: torch.nn.Module,
+    head: Any,
+    classes: list[str],
+    plan: Plan,
+    channels_size: tuple[int, int],
+) -> dict[str, Any]:
+    """Fine-tuning: the parent's weights (verified against its card) into ``model`` and ``head``."""
+    from compat.models.version import load_parts
+    from compat.train.init import init_from_parent
+
+    assert plan.parent_dir is not None and plan.parent_card is not None
+    parent_model, parent_head, card = load_parts(plan.parent_dir)
+    card.setdefault("version", plan.cfg.parent)
+    theirs = (int(card["in_channels"]), int(card["image_size"]))
+    if theirs != channels_size:
+        raise BadInputError(
+            f"train.{plan.version}.init: parent {plan.cfg.parent} was trained on {theirs[1]} px "
+            f"images with {theirs[0]} channels; these are {channels_size[1]} px with "
+            f"{channels_size[0]}"
+        )
+    return init_from_parent(model, head, parent_model, parent_head, classes, card)
 
 
 def train_version(

@@ -94,3 +94,41 @@ def test_incremental_tasks(initial, per_task, tasks, memory):
 def test_incremental_needs_enough_classes():
     with pytest.raises(ValueError, match="needs 12 training classes"):
         Incremental(kind="incremental", initial=4, per_task=4, tasks=3).assign(_pool(5, 2))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(1, 5), st.integers(0, 3), st.data())
+def test_incremental_cumulative_sets_hold_everything_seen(initial, per_task, tasks, memory, data):
+    cumulative = data.draw(st.lists(st.integers(1, tasks), unique=True, max_size=tasks))
+    pool = _pool(initial + per_task * tasks, 5)
+    inc = Incremental(
+        kind="incremental",
+        initial=initial,
+        per_task=per_task,
+        tasks=tasks,
+        memory=memory,
+        cumulative=cumulative,
+    )
+    sets = inc.assign(pool)
+    tasks_names = [f"t{t}" for t in range(1, tasks + 1)]
+    assert inc.names() == tasks_names + [f"t{t}-all" for t in sorted(cumulative)]
+    assert list(sets) == inc.names()
+    for t in cumulative:
+        ids, classes = sets[f"t{t}-all"]
+        assert classes == sets[f"t{t}"][1]  # same class order as the task: same head indices
+        assert sorted(ids) == sorted(i for c in classes for i in pool[c])  # no replay limit
+        assert set(sets[f"t{t}"][0]) <= set(ids)
+    # the task sets do not change when cumulative sets are added
+    plain = Incremental(
+        kind="incremental", initial=initial, per_task=per_task, tasks=tasks, memory=memory
+    ).assign(pool)
+    assert all(sets[n] == plain[n] for n in plain)
+
+
+@pytest.mark.parametrize(
+    ("cumulative", "match"),
+    [([0], r"cumulative: tasks must lie in 1\.\.3"), ([4], "1..3"), ([2, 2], "listed twice")],
+)
+def test_incremental_cumulative_is_validated(cumulative, match):
+    with pytest.raises(ValueError, match=match):
+        Incremental(kind="incremental", tasks=3, cumulative=cumulative)

@@ -22,7 +22,7 @@ ALL = [
     TwoVersion(kind="open-class", old="oc-old", new="oc-new"),
     TwoVersion(kind="identical-data", old="id-old", new="id-new"),
     Chain(kind="chain"),
-    Incremental(kind="incremental", initial=4, per_task=3, tasks=4, memory=2),
+    Incremental(kind="incremental", initial=4, per_task=3, tasks=4, memory=2, cumulative=[2, 4]),
 ]
 
 

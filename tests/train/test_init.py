@@ -1,0 +1,140 @@
+"""``init: parent`` (fine-tuning): the parent's weights really load, head rows follow class names,
+and every mismatch is refused before any data loads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from train_synthetic import make_images
+
+from compat.errors import BadInputError
+from compat.models import load_head, load_version
+from compat.models.embedding import build_embedding_model
+from compat.models.heads import create_head
+from compat.train import DataInfo, TrainConfig, train_arrays
+from compat.train.init import copy_head_rows
+from compat.train.run import plan_run
+
+BASE = dict(backbone="tiny", dim=8, batch_size=16, epochs=1)
+OLD = ["c002", "c003"]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_images(num_classes=4, per_class=8, size=8)
+
+
+def _subset(data, classes):
+    images, labels = data
+    keep = [i for i, lab in enumerate(labels) if lab in classes]
+    return images[keep], [labels[i] for i in keep]
+
+
+def _train(root, version, cfg, data, classes):
+    images, labels = _subset(data, classes)
+    info = DataInfo(version, f"fp-{version}", "src", sorted(classes))
+    return train_arrays(version, cfg, images, labels, info, models_dir=root, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def parents(tmp_path_factory, data):
+    """A cosface and a dsimplex parent trained on classes c002, c003 only."""
+    root = tmp_path_factory.mktemp("models")
+    _train(root, "p", TrainConfig(**BASE, seed=1), data, OLD)
+    _train(root, "d", TrainConfig(**BASE, head="dsimplex", method="hoc", seed=2), data, OLD)
+    return root
+
+
+def test_fine_tuning_starts_from_the_parent(parents, data):
+    # lr ~ 0: whatever the child ends with is what it started from.
+    cfg = TrainConfig(**{**BASE, "lr": 1e-12, "weight_decay": 0.0}, parent="p", init="parent")
+    card = _train(parents, "child", cfg, data, ["c000", "c001", *OLD])
+    assert card["init"] == {
+        "kind": "parent",
+        "parent": "p",
+        "parent_weights_sha256": card["parent_weights_sha256"],
+        "head_rows_copied": 2,
+        "head_rows_new": 2,
+    }
+    parent, _ = load_version(parents / "p")
+    child, _ = load_version(parents / "child")
+    for (name, p), (_, c) in zip(parent.named_parameters(), child.named_parameters(), strict=True):
+        torch.testing.assert_close(c, p, atol=1e-6, rtol=0, msg=name)
+    p_head, _ = load_head(parents / "p")
+    c_head, c_card = load_head(parents / "child")
+    assert c_card["classes"] == ["c000", "c001", "c002", "c003"]
+    # c002 is row 0 of the parent and row 2 of the child: rows follow the class, not the index
+    torch.testing.assert_close(c_head.weight[2:], p_head.weight, atol=1e-6, rtol=0)
+    assert not torch.allclose(c_head.weight[:2], p_head.weight, atol=1e-3)
+
+
+def test_scratch_does_not_copy(parents, data):
+    card = _train(parents, "fresh", TrainConfig(**BASE, parent="p"), data, OLD)
+    assert card["init"] == {"kind": "scratch"}
+    parent, _ = load_version(parents / "p")
+    fresh, _ = load_version(parents / "fresh")
+    assert not torch.allclose(next(parent.parameters()), next(fresh.parameters()), atol=1e-3)
+
+
+def test_dsimplex_fine_tuning_keeps_vertices(parents, data):
+    cfg = TrainConfig(**BASE, head="dsimplex", method="hoc", parent="d", init="parent")
+    card = _train(parents, "d2", cfg, data, ["c000", "c001", *OLD])
+    assert card["classes"] == [*OLD, "c000", "c001"]  # the parent's classes keep their vertex
+    assert (card["init"]["head_rows_copied"], card["init"]["head_rows_new"]) == (4, 0)
+
+
+def test_copy_head_rows_softmax_rows_and_bias():
+    torch.manual_seed(0)
+    old = create_head("softmax", 4, 2)
+    new = create_head("softmax", 4, 3)
+    assert copy_head_rows(new, old, ["z", "b", "a"], ["a", "b"]) == (2, 1)
+    torch.testing.assert_close(new.fc.weight[2], old.fc.weight[0])
+    torch.testing.assert_close(new.fc.bias[1], old.fc.bias[1])
+    with pytest.raises(BadInputError, match="parent's head is softmax"):
+        copy_head_rows(create_head("cosface", 4, 3), old, ["a"], ["a"])
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"init": "parent"}, r"train\.v2\.init: parent: fine-tuning needs a parent version"),
+        ({"parent": "p", "init": "parent", "dim": 12}, "p has dim 8, this version 12"),
+        ({"parent": "p", "init": "parent", "backbone": "small-cnn"}, "has backbone 'tiny'"),
+        ({"parent": "p", "init": "parent", "pooling": "gem"}, "has pooling 'avg'"),
+        ({"parent": "p", "init": "parent", "head": "arcface"}, "has head 'cosface'"),
+        (
+            {"parent": "p", "init": "parent", "backbone_weights": "w.safetensors"},
+            "parent and backbone_weights both initialise the backbone",
+        ),
+        (
+            {"parent": "d", "init": "parent", "head": "cosface", "method": "bct"},
+            "has head 'dsimplex', this version 'cosface'",
+        ),
+    ],
+)
+def test_mismatches_are_refused_before_any_data(parents, kw, match):
+    with pytest.raises(BadInputError, match=match):
+        plan_run("v2", TrainConfig(**{**BASE, **kw}), parents)
+
+
+def test_parent_saved_without_head_is_refused(tmp_path, data):
+    card = {
+        "backbone": "tiny", "dim": 8, "pooling": "avg", "in_channels": 1, "image_size": 8,
+        "head": "cosface", "classes": OLD, "num_classes": 2,
+    }  # fmt: skip
+    from compat.models import save_version
+
+    save_version(
+        tmp_path / "h", build_embedding_model("tiny", 8, in_channels=1, image_size=8), None, card
+    )
+    cfg = TrainConfig(**BASE, parent="h", init="parent")
+    with pytest.raises(BadInputError, match="saved without its cosface head"):
+        _train(tmp_path, "v2", cfg, data, OLD)
+    assert not (tmp_path / "v2").exists()
+
+
+def test_lwf_keeps_its_own_switch(parents, data):
+    cfg = TrainConfig(**BASE, method="lwf", parent="p")
+    assert _train(parents, "lwf", cfg, data, OLD)["init"]["kind"] == "parent-model"
+    cfg = TrainConfig(**BASE, method="lwf", parent="p", init="parent")
+    assert _train(parents, "lwf2", cfg, data, OLD)["init"]["head_rows_copied"] == 2
