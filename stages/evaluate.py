@@ -27,12 +27,12 @@ PARAMS = "params.yaml"
 
 
 def load_config(path: str = PARAMS, section: str = "evaluate") -> EvaluateConfig:
-    from compat.params import read_yaml, validate_with
+    from compat.evaluate.config import read_evaluate_section
 
-    raw = read_yaml(path) or {}
-    if not isinstance(raw, dict) or section not in raw:
+    config = read_evaluate_section(path, section)
+    if config is None:
         raise NotFoundError(f"{path}: {section}: section missing")
-    return validate_with(EvaluateConfig, raw[section], path, prefix=section)
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:

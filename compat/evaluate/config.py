@@ -13,6 +13,8 @@ Example::
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PROTOCOL_NAMES = ("identification", "open-set", "verification")
@@ -125,3 +127,17 @@ class EvaluateConfig(BaseModel):
             "fpirs": tuple(self.fpir),
             "seed": self.seed,
         }
+
+
+def read_evaluate_section(
+    path: str | os.PathLike[str], section: str = "evaluate"
+) -> EvaluateConfig | None:
+    """A params file's ``section`` validated as an :class:`EvaluateConfig` (errors name the file
+    and the dotted field); None when the file has no such section. Only this section is read, so
+    a file whose other sections belong to another pipeline is fine."""
+    from compat.params import read_yaml, validate_with
+
+    raw = read_yaml(path) or {}
+    if not isinstance(raw, dict) or section not in raw:
+        return None
+    return validate_with(EvaluateConfig, raw[section], path, prefix=section)

@@ -57,14 +57,11 @@ def params_paragon(params: Path, version: str) -> str | None:
     """
     if not params.is_file():
         return None
-    from compat.evaluate.config import EvaluateConfig
-    from compat.params import read_yaml, validate_with
+    from compat.evaluate.config import read_evaluate_section
 
-    raw = read_yaml(params)
-    section = raw.get("evaluate") if isinstance(raw, dict) else None
-    if not section:
+    cfg = read_evaluate_section(params)
+    if cfg is None:
         return None
-    cfg = validate_with(EvaluateConfig, section, params, prefix="evaluate")
     return cfg.paragon.get(version)
 
 
