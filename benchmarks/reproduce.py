@@ -130,6 +130,7 @@ def main() -> int:
     from compat.evaluate.embed import embed_images
     from compat.evaluate.matrix import update_gain
     from compat.evaluate.protocols import label_codes
+    from compat.io import write_text
     from compat.models.version import load_version
     from compat.train import TrainConfig, train_version
 
@@ -224,11 +225,7 @@ def main() -> int:
             ),
         ),
     ):
-        path = path if path.is_absolute() else REPO / path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(path)
+        write_text(path if path.is_absolute() else REPO / path, text + "\n")  # atomic
     print(md)
     return 0
 
