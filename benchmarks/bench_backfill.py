@@ -6,7 +6,7 @@ images through the new backbone (issue 7 target: psi >= 50x faster per item on t
 Both paths are the ones compat runs, measured side by side in one process, interleaved over
 ``--rounds`` rounds (best round per path, since the host may be shared):
 
-* re-embed: :func:`compat.evaluate.embed.embed_images` of uint8 images through the new
+* re-embed: :func:`compat.embeddings.embed.embed_images` of uint8 images through the new
   version's backbone (default: the pipeline's ``small-cnn`` at 32 px, 1 channel, dim 128);
   image decoding is *not* counted, which favours re-embedding;
 * psi:      :func:`compat.models.upgrade.upgrade_array` (BatchNorm folded, batches of 8,192) of
@@ -57,8 +57,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from compat.backfill.apply import backfill
-    from compat.evaluate.bundle import EmbeddingBundle, save_bundle
-    from compat.evaluate.embed import embed_images
+    from compat.embeddings.bundle import EmbeddingBundle, save_bundle
+    from compat.embeddings.embed import embed_images
     from compat.models.embedding import build_embedding_model
     from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_array
 

@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--per-class", type=int, default=10)
     ap.add_argument("--bootstrap", type=int, default=1000)
     args = ap.parse_args()
-    from compat.evaluate.bundle import EmbeddingBundle, save_bundle
+    from compat.embeddings.bundle import EmbeddingBundle, save_bundle
 
     root = Path(tempfile.mkdtemp(prefix="bench-promote-"))
     n_cls = args.items // args.per_class

@@ -7,7 +7,7 @@ once the data exist (tracemalloc cannot see faiss's or BLAS's allocations). Resu
 checked against each other (top-k overlap with faiss).
 
 Methods:
-  compat       compat.evaluate.search.search(q, g, k, device="cpu")
+  compat       compat.embeddings.search.search(q, g, k, device="cpu")
   faiss        faiss.IndexFlatIP(d); add(gallery); search(queries, k)   (add is timed too)
   sklearn      NearestNeighbors(n_neighbors=k, algorithm="brute", metric="cosine")
   matmul-np    numpy float32 matmul of the same shape, 1,024 query rows at a time into one
@@ -61,7 +61,7 @@ def run_method(method: str, q: np.ndarray, g: np.ndarray, k: int) -> tuple[dict,
     timing: dict[str, float] = {}
     indices = None
     if method == "compat":
-        from compat.evaluate.search import search
+        from compat.embeddings.search import search
 
         t0 = time.perf_counter()
         _, indices = search(q, g, k, device="cpu")
@@ -109,7 +109,7 @@ def run_method(method: str, q: np.ndarray, g: np.ndarray, k: int) -> tuple[dict,
 def _import_libraries(method: str) -> None:
     """Load a method's libraries first, so the memory measured is working memory, not code."""
     modules = {
-        "compat": ("faiss", "compat.evaluate.search"),
+        "compat": ("faiss", "compat.embeddings.search"),
         "faiss": ("faiss",),
         "sklearn": ("sklearn.neighbors",),
         "matmul-torch": ("torch",),

@@ -125,10 +125,10 @@ def main() -> int:
 
     import torch
 
+    from compat.compare.matrix import update_gain
     from compat.data.sources import open_source
     from compat.data.split import load_eval_manifest, load_train_manifest
-    from compat.evaluate.embed import embed_images
-    from compat.evaluate.matrix import update_gain
+    from compat.embeddings.embed import embed_images
     from compat.evaluate.protocols import label_codes
     from compat.io import write_text
     from compat.models.version import load_version

@@ -1,7 +1,9 @@
 """Errors that map onto the CLI's documented exit codes.
 
-0 pass, 1 a criterion failed, 2 usage error, 3 something named was not found, 4 bad input
-(contract, card, params, embeddings, images), 5 infrastructure (registry unreachable).
+0 pass, 1 a criterion failed (a verdict, not an error: the gate returns it), 2 usage error,
+3 something named was not found, 4 bad input (contract, card, params, embeddings, images),
+5 infrastructure (registry unreachable), 6 conflict (production moved to another version while
+a promotion was being decided: re-run against it).
 """
 
 from __future__ import annotations
@@ -20,10 +22,6 @@ class CompatError(Exception):
         return self.message
 
 
-class CriterionFailed(CompatError):
-    exit_code = 1
-
-
 class UsageError(CompatError):
     exit_code = 2
 
@@ -38,3 +36,9 @@ class BadInputError(CompatError):
 
 class InfrastructureError(CompatError):
     exit_code = 5
+
+
+class ConflictError(CompatError):
+    """Someone else changed what this command was about to change (compare-and-set lost)."""
+
+    exit_code = 6

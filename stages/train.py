@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
-        from compat.params import read_yaml, validate_with
+        from compat.config import read_yaml, validate_with
         from compat.train.config import TrainConfig
 
         raw = read_yaml(args.params) or {}

@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
-        from compat.backfill.config import UpgradeConfig
-        from compat.params import read_yaml, validate_with
+        from compat.config import read_yaml, validate_with
+        from compat.train.upgrade_config import UpgradeConfig
 
         raw = read_yaml(args.params) or {}
         section = (raw.get("upgrade") or {}) if isinstance(raw, dict) else {}
@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             UpgradeConfig, section[args.version], args.params, f"upgrade.{args.version}"
         )
 
-        from compat.backfill.train import UpgradeData, plan_upgrade, train_upgrade
         from compat.data.sources import open_source
         from compat.data.split import load_train_manifest
+        from compat.train.upgrade import UpgradeData, plan_upgrade, train_upgrade
 
         plan = plan_upgrade(args.version, cfg, args.models)  # every check before data loads
         split = plan.new_card.get("split") or args.version

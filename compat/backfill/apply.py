@@ -20,7 +20,7 @@ weights than psi was fitted on), a psi of other versions or dimensions, NaN or i
 partial backfill that would mix rows of two widths in one matrix.
 
 Which rows (``fraction``, ``order``): :mod:`compat.backfill.plan`. Searching a partially
-backfilled gallery: :mod:`compat.backfill.mixed`.
+backfilled gallery: :mod:`compat.embeddings.mixed`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,6 @@ from compat.io import atomic_path, fingerprint, sha256_bytes, sha256_file, write
 
 DEFAULT_BATCH = 8192
 STATE = "state.json"
-# Test hook: seconds to sleep after each saved batch, so a test can kill a run mid-way.
-DELAY_ENV = "COMPAT_BACKFILL_BATCH_DELAY"
 # Meta keys that describe an embedding-cache entry; they are not true of the upgraded bundle.
 _CACHE_META = ("cache_key", "content_sha256")
 
@@ -179,7 +177,7 @@ def backfill(
 ) -> BackfillResult:
     """Upgrade ``gallery`` rows made by ``source`` into ``target`` with the psi in ``psi_dir``;
     write the result to ``out``. See the module docstring for the guarantees."""
-    from compat.evaluate.bundle import EmbeddingBundle, load_bundle, save_bundle
+    from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
     from compat.models.upgrade import FoldedUpgrade, load_upgrade, read_upgrade_card
 
     say = log or (lambda msg: None)
@@ -246,7 +244,6 @@ def backfill(
         fast = FoldedUpgrade(psi, device)
         import torch
 
-        delay = float(os.environ.get(DELAY_ENV, "0") or 0)
         todo = [b for b in range(n_batches) if b not in done]
         if done:
             say(f"backfill: resuming: {len(done)} of {n_batches} batches already done")
@@ -266,8 +263,6 @@ def backfill(
                     np.save(f, y.astype(np.float32, copy=False))
                 upgraded_now += len(idx)
                 bar.advance(len(idx), upgraded_now / max(time.perf_counter() - t0, 1e-9))
-                if delay:
-                    time.sleep(delay)
         upgraded = _assemble(work, rows, n_batches, batch_size, out_dim)
 
     if out_dim != bundle.dim and len(rows):  # a full backfill into a new width: all rows replaced
@@ -356,4 +351,4 @@ def _assemble(work: Path, rows: np.ndarray, n_batches: int, bs: int, dim: int) -
     return out
 
 
-__all__ = ["DEFAULT_BATCH", "DELAY_ENV", "BackfillResult", "backfill", "work_dir_for"]
+__all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill", "work_dir_for"]

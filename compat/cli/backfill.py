@@ -24,7 +24,7 @@ HELP = (
     "upgraded earlier count), taking the oldest rows (first in the file) or a seeded random "
     "order. The output records each row's version in row_versions; a mixed gallery is searched "
     "with --to's query embeddings (upgraded rows are in --to's space, the rest in --from's, "
-    "which a backward-compatible --to can query): see compat.backfill.mixed.\n\n"
+    "which a backward-compatible --to can query): see compat.embeddings.mixed.\n\n"
     "Exit codes: 0 done; 2 usage (bad option, --out is the input); 3 a file is missing "
     "(gallery, psi); 4 bad input (rows not made by --from, psi of other versions or "
     "dimensions, NaN or inf rows, unreadable files)."

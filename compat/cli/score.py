@@ -83,8 +83,8 @@ def _score(
 ) -> tuple[dict[str, float], list[str], dict[str, dict[str, int]]]:
     import numpy as np
 
+    from compat.embeddings.bundle import load_bundle
     from compat.errors import BadInputError
-    from compat.evaluate.bundle import load_bundle
     from compat.evaluate.config import PROTOCOL_NAMES
     from compat.evaluate.protocols import create_protocols, evaluate_sets
 

@@ -137,8 +137,8 @@ def judge(
 
     ``upgraded[parent]``: the parent's embeddings upgraded by psi into the new version's space;
     required when a criterion uses ``forward``."""
-    from compat.evaluate.bootstrap import bootstrap, percentile_interval
-    from compat.evaluate.matrix import update_gain
+    from compat.compare.bootstrap import bootstrap, percentile_interval
+    from compat.compare.matrix import update_gain
     from compat.evaluate.protocols import create_protocols, evaluate_manifest, label_codes
 
     new = contract.version
@@ -217,7 +217,7 @@ def _check(
     boots: dict[str, Any],
     resamples: int,
 ) -> CriterionResult:
-    from compat.evaluate.bootstrap import lower_bound
+    from compat.compare.bootstrap import lower_bound
 
     p, m = criterion.protocol, criterion.metric
     lhs_term, rhs_term = criterion.terms

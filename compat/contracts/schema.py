@@ -32,6 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compat.config import validation_problems
 from compat.errors import BadInputError, NotFoundError
 
 TERMS: tuple[str, ...] = ("cross", "self_parent", "self", "forward")
@@ -147,19 +148,6 @@ def contract_digest(path: str | os.PathLike[str]) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _problems(path: Path, err: Exception) -> list[str]:
-    from pydantic import ValidationError
-
-    if isinstance(err, ValidationError):
-        out = []
-        for e in err.errors():
-            field = ".".join(str(p) for p in e["loc"]) or "(root)"
-            msg = e["msg"].removeprefix("Value error, ")
-            out.append(f"{path}: {field}: {msg}")
-        return out
-    return [f"{path}: {err}"]
-
-
 def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[str]]:
     """Parse and validate a contract file; return it (or None) and every problem found."""
     import yaml
@@ -179,7 +167,7 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
     try:
         contract = Contract.model_validate(raw)
     except ValidationError as err:
-        return None, _problems(path, err)
+        return None, validation_problems(path, err, raw)
     problems = []
     if path.stem != contract.version:
         problems.append(
@@ -197,13 +185,6 @@ def load_contract(path: str | os.PathLike[str]) -> Contract:
     return contract
 
 
-def lower_bound_quantile(confidence: float) -> float:
-    """The bootstrap quantile whose exceedance gives a one-sided bound at ``confidence``."""
-    if not 0.5 < confidence < 1:
-        raise ValueError("confidence must lie in (0.5, 1)")
-    return 1.0 - confidence
-
-
 __all__ = [
     "PROTOCOLS",
     "TERMS",
@@ -213,5 +194,4 @@ __all__ = [
     "check_contract",
     "contract_digest",
     "load_contract",
-    "lower_bound_quantile",
 ]

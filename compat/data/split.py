@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from compat.config import validation_problems
 from compat.data.scenarios import Chain, Scenario
 from compat.data.sources import Source
 from compat.errors import BadInputError, NotFoundError
@@ -246,9 +247,7 @@ def _load(cls: type[BaseModel], path: str | os.PathLike[str]) -> BaseModel:
     except json.JSONDecodeError as err:
         raise BadInputError(f"{path}: not JSON ({err})") from None
     except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise BadInputError(f"{path}: {field}: {first['msg']}") from None
+        raise BadInputError(validation_problems(path, err)[0]) from None
 
 
 def load_train_manifest(path: str | os.PathLike[str]) -> TrainManifest:

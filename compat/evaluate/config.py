@@ -135,7 +135,7 @@ def read_evaluate_section(
     """A params file's ``section`` validated as an :class:`EvaluateConfig` (errors name the file
     and the dotted field); None when the file has no such section. Only this section is read, so
     a file whose other sections belong to another pipeline is fine."""
-    from compat.params import read_yaml, validate_with
+    from compat.config import read_yaml, validate_with
 
     raw = read_yaml(path) or {}
     if not isinstance(raw, dict) or section not in raw:

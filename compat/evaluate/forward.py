@@ -18,8 +18,8 @@ upgraded (f in ``backfill_fractions``, default 0, 0.25, 0.5, 0.75, 1): gallery r
 upgraded in a seeded random order (``seed``), exactly floor(f x n) of the manifest's gallery
 items and likewise of the other items (the second items of verification pairs). Queries are
 always new-version embeddings: upgraded rows are in the new space, the rest in the old one,
-which a backward-compatible new version can query (the rule of :mod:`compat.backfill.mixed`).
-``curve`` scores the two row groups on one scale as :func:`compat.backfill.mixed.search_mixed`
+which a backward-compatible new version can query (the rule of :mod:`compat.embeddings.mixed`).
+``curve`` scores the two row groups on one scale as :func:`compat.embeddings.mixed.search_mixed`
 does (``calibration="match"``: each query's scores against the old rows mapped onto its score
 distribution against the upgraded rows, moments over the gallery items); ``curve_raw`` merges
 raw inner products, which can dip below both end points. f = 0 is the backward cell, f = 1 the
@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from compat.backfill.mixed import calibrated_embeddings
-from compat.evaluate.bootstrap import bootstrap, lower_bound, percentile_interval
+from compat.compare.bootstrap import bootstrap, lower_bound, percentile_interval
+from compat.compare.matrix import update_gain
+from compat.embeddings.mixed import calibrated_embeddings
 from compat.evaluate.config import EvaluateConfig
-from compat.evaluate.matrix import update_gain
 from compat.evaluate.protocols import (
     EvalSetLike,
     ProtocolResult,

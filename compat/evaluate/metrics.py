@@ -413,3 +413,51 @@ def tpir_at_fpir(
         return math.nan
     t = impostor_threshold(s[~m], fpir)
     return float((c[m] & (s[m] > t)).mean())
+
+
+def weighted_rates_above(
+    scores: np.ndarray,
+    hit: np.ndarray,
+    positive: np.ndarray,
+    negative: np.ndarray,
+    weights: np.ndarray,
+    rates: Sequence[float],
+) -> dict[float, np.ndarray]:
+    """TAR@FAR / TPIR@FPIR for each row of unit multiplicities ``weights`` (b, n), per rate.
+
+    Per row: the threshold is the (a+1)-th largest ``negative`` score counted with
+    multiplicity, a = max_count(rate, total negative weight); the value is the weighted
+    fraction of ``positive`` units that are a ``hit`` and score strictly above it. With all
+    weights 1 this is :func:`impostor_threshold` followed by the
+    count :func:`tar_at_far` / ``tpir_at_fpir`` make (tested).
+    Sorting once and taking cumulative weights makes every rate cost O(b log n) more.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    b = w.shape[0]
+    neg = np.flatnonzero(negative)
+    pos = np.flatnonzero(positive)
+    out = {r: np.full(b, np.nan) for r in rates}
+    if neg.size == 0 or pos.size == 0:
+        return out
+    neg = neg[np.argsort(-s[neg], kind="stable")]
+    neg_sorted = s[neg]
+    cum_neg = np.cumsum(w[:, neg], axis=1)
+    n_neg = cum_neg[:, -1]
+    pos = pos[np.argsort(-s[pos], kind="stable")]
+    neg_pos_scores = -s[pos]  # ascending, for searchsorted
+    w_pos = w[:, pos]
+    den = w_pos.sum(axis=1)
+    cum_hit = np.cumsum(w_pos * np.asarray(hit, dtype=bool)[pos], axis=1)
+    rows = np.arange(b)
+    ok = (n_neg > 0) & (den > 0)
+    for rate in rates:
+        a = max_count(rate, n_neg)
+        first = (cum_neg < (a + 1)[:, None]).sum(axis=1)
+        thr = neg_sorted[np.minimum(first, neg_sorted.size - 1)]
+        thr = np.where(a >= n_neg, -np.inf, thr)
+        above = np.searchsorted(neg_pos_scores, -thr, side="left")  # positives scoring > thr
+        num = np.where(above > 0, cum_hit[rows, np.maximum(above - 1, 0)], 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[rate] = np.where(ok, num / den, np.nan)
+    return out

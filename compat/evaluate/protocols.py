@@ -34,8 +34,8 @@ from typing import Protocol as TypingProtocol
 import numpy as np
 
 from compat.catalog import Catalog
+from compat.embeddings.search import iter_scores, pair_scores
 from compat.evaluate import metrics as M
-from compat.evaluate.search import iter_scores, pair_scores
 
 DEFAULT_MAX_PAIRS = 1_000_000
 
@@ -99,7 +99,7 @@ class OpenSetResult(ProtocolResult):
         return int(self.top_score.shape[0])
 
     def resample(self, weights: np.ndarray) -> dict[str, np.ndarray]:
-        from compat.evaluate.bootstrap import weighted_rates_above
+        from compat.evaluate.metrics import weighted_rates_above
 
         values = weighted_rates_above(
             self.top_score, self.correct & self.mated, self.mated, ~self.mated, weights, self.fpirs
@@ -122,7 +122,7 @@ class VerificationResult(ProtocolResult):
         return int(self.scores.shape[0])
 
     def resample(self, weights: np.ndarray) -> dict[str, np.ndarray]:
-        from compat.evaluate.bootstrap import weighted_rates_above
+        from compat.evaluate.metrics import weighted_rates_above
 
         values = weighted_rates_above(
             self.scores, self.same, self.same, ~self.same, weights, self.fars

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from compat.evaluate import matrix as mx
-from compat.evaluate.bootstrap import Bootstrap, bootstrap, lower_bound, percentile_interval
+from compat.compare import matrix as mx
+from compat.compare.bootstrap import Bootstrap, bootstrap, lower_bound, percentile_interval
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.protocols import (
     EvalSetLike,

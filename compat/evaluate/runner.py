@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from compat.embeddings.bundle import EmbeddingBundle
+from compat.embeddings.cache import EmbeddingCache
 from compat.errors import BadInputError
-from compat.evaluate.bundle import EmbeddingBundle
-from compat.evaluate.cache import EmbeddingCache
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.protocols import EvalSetLike, label_codes
 from compat.evaluate.report import evaluate_chain
@@ -49,7 +49,7 @@ def embed_versions(
 
     ``cards``, if given, receives each version's model card (e.g. to check what an upgrade
     module was fitted on)."""
-    from compat.evaluate.embed import cache_key, embed_items
+    from compat.embeddings.embed import cache_key, embed_items
 
     say = report or (lambda msg: log.info(msg))
     codes = label_codes(manifest.labels)
@@ -84,7 +84,7 @@ def embed_versions(
 def _torch_device(device: str | None) -> str | None:
     """The search device name also selects where to embed; None keeps the model where it is."""
     if device in (None, "auto"):
-        from compat.evaluate.search import resolve_device
+        from compat.embeddings.search import resolve_device
 
         return resolve_device(None)
     return device

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import nn
 
+from compat.config import format_validation_error
 from compat.errors import BadInputError
 from compat.models.heads import Head
 from compat.models.parent import FrozenParent
@@ -112,10 +113,9 @@ def validate_params(cls: type[CompatLoss], params: dict[str, Any] | None) -> Met
     try:
         return cls.Params.model_validate(params or {})
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(params)'}: {e['msg']}" for e in err.errors()
-        )
-        raise BadInputError(f"method {cls.name}: method_params: {problems}") from None
+        raise BadInputError(
+            format_validation_error(f"method {cls.name}: method_params", err, params)
+        ) from None
 
 
 # -- shared helpers --------------------------------------------------------------------------

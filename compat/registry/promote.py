@@ -26,17 +26,13 @@ import numpy as np
 
 from compat.contracts.gate import Verdict, check_facts, judge
 from compat.contracts.schema import Contract, contract_digest, load_contract
-from compat.errors import BadInputError, CompatError, NotFoundError, UsageError
+from compat.errors import BadInputError, ConflictError, NotFoundError, UsageError
 from compat.registry.promotions import PromotionLog, now, promotion_lock, who
 from compat.registry.store import Registry, VersionRecord, tag_key
 
-EXIT_CONFLICT = 6
 
-
-class PromotionConflict(CompatError):
+class PromotionConflict(ConflictError):
     """``production`` moved away from ``--against`` before this promotion could move it."""
-
-    exit_code = EXIT_CONFLICT
 
 
 @dataclass
@@ -114,7 +110,7 @@ def _model_folder(reg: Registry, rec: VersionRecord, models_dir: Path) -> Path:
 
 
 def _bundle_rows(reg: Registry, rec: VersionRecord, manifest: Any) -> np.ndarray:
-    from compat.evaluate.bundle import load_bundle
+    from compat.embeddings.bundle import load_bundle
 
     folder = _download(reg, rec, "embeddings")
     files = sorted(folder.glob("*.npz"))
@@ -143,7 +139,7 @@ def gather_embeddings(
 ) -> tuple[Any, dict[str, np.ndarray], str]:
     """Evaluation-set embeddings of every named version, through the embedding cache."""
     from compat.data.split import load_eval_manifest
-    from compat.evaluate.cache import EmbeddingCache
+    from compat.embeddings.cache import EmbeddingCache
     from compat.evaluate.runner import data_fingerprint, embed_versions
 
     manifest = load_eval_manifest(paths.eval_manifest)
@@ -158,7 +154,7 @@ def gather_embeddings(
     data_fp = ""
     if model_versions:
         from compat.data.sources import open_source
-        from compat.evaluate.embed import cache_key
+        from compat.embeddings.embed import cache_key
 
         source = open_source(paths.source)
         data_fp = data_fingerprint(source.fingerprint, manifest.fingerprint)

@@ -157,7 +157,7 @@ def _card_from_embeddings(
 ) -> tuple[dict[str, Any], dict[str, list[Path]], str]:
     """A card for a version known only by its embeddings of the evaluation set."""
     from compat.contracts.schema import load_contract
-    from compat.evaluate.bundle import load_bundle
+    from compat.embeddings.bundle import load_bundle
 
     if not contract_path.is_file():
         raise NotFoundError(

@@ -123,7 +123,7 @@ def load_sequence(path: str | Path = HERE / "sequence.yaml") -> Sequence:
     try:
         return Sequence.model_validate(raw)
     except ValidationError as err:
-        from compat.params import format_validation_error
+        from compat.config import format_validation_error
 
         raise SystemExit(f"error: {format_validation_error(path, err, raw)}") from None
 
@@ -161,7 +161,7 @@ def train_configs(seq: Sequence) -> dict[str, dict[str, Any]]:
             try:
                 TrainConfig.model_validate(cfg)
             except ValidationError as err:
-                from compat.params import format_validation_error
+                from compat.config import format_validation_error
 
                 raise SystemExit(
                     "error: " + format_validation_error("sequence.yaml", err, cfg, version)
@@ -247,6 +247,8 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
             "deps": [
                 f"{CODE}/stages/evaluate.py",
                 f"{CODE}/compat/evaluate",
+                f"{CODE}/compat/embeddings",
+                f"{CODE}/compat/compare",
                 "data",
                 "splits/eval.json",
                 *[f"models/${{item}}-{task}/weights.safetensors" for task in seq.tasks()],

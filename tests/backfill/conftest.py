@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from compat.evaluate.bundle import EmbeddingBundle, save_bundle
+from compat.embeddings.bundle import EmbeddingBundle, save_bundle
 from compat.models.upgrade import UpgradeModule, save_upgrade
 
 

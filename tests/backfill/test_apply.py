@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from compat.backfill.apply import backfill, work_dir_for
+from compat.embeddings.bundle import load_bundle
 from compat.errors import BadInputError, NotFoundError, UsageError
-from compat.evaluate.bundle import load_bundle
 from compat.io import sha256_file
 from compat.models.upgrade import upgrade_array
 

@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from compat.cli.main import app
-from compat.evaluate.bundle import EmbeddingBundle, load_bundle, save_bundle
+from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
 from compat.io import sha256_file
 from compat.models.upgrade import UpgradeModule, save_upgrade
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from compat.evaluate.cache import EmbeddingCache
+from compat.embeddings.cache import EmbeddingCache
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.report import evaluate_chain, flat_metrics, write_report
 from compat.evaluate.runner import data_fingerprint, run_evaluation

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compat.evaluate.bundle import EmbeddingBundle, save_bundle
+from compat.embeddings.bundle import EmbeddingBundle, save_bundle
 
 DIM = 16
 CLASSES = 40

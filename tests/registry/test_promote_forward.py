@@ -22,9 +22,9 @@ def _fit_psi(project, folder, source="v1", target="v2"):
     not how well psi generalises (tests/backfill does that)."""
     import torch
 
-    from compat.backfill.config import UpgradeConfig
-    from compat.backfill.train import fit_upgrade
     from compat.models.upgrade import save_upgrade
+    from compat.train.upgrade import fit_upgrade
+    from compat.train.upgrade_config import UpgradeConfig
 
     torch.set_num_threads(1)
     old, new = project.embeddings(1.5, 1), project.embeddings(0.8, 2)

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from compat.data.transforms import TRANSFORM_ID, to_tensor
+from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
+from compat.embeddings.embed import CacheKey, EmbeddingCache, cache_key, embed_images, embed_items
 from compat.errors import BadInputError
-from compat.evaluate.bundle import EmbeddingBundle, load_bundle, save_bundle
-from compat.evaluate.embed import CacheKey, EmbeddingCache, cache_key, embed_images, embed_items
 
 
 def _model(d=5, seed=0):

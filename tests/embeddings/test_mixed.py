@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compat.backfill.mixed import (
+from compat.embeddings.mixed import (
     calibrated_embeddings,
     mixed_scores,
     query_for,
@@ -14,6 +14,10 @@ from compat.backfill.mixed import (
     version_groups,
 )
 from compat.errors import BadInputError
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def test_groups_and_query_choice():
@@ -59,11 +63,11 @@ def test_match_calibration_by_hand():
 
 @pytest.mark.parametrize("calibration", ["match", "none"])
 @pytest.mark.parametrize("k", [1, 5, 17])
-def test_search_mixed_equals_full_ranking(k, calibration, kit):
+def test_search_mixed_equals_full_ranking(k, calibration):
     rng = np.random.default_rng(0)
-    g = kit.unit(rng.standard_normal((40, 8)))
+    g = unit(rng.standard_normal((40, 8)))
     versions = list(rng.choice(["v1", "v2"], 40))
-    q1, q2 = kit.unit(rng.standard_normal((6, 8))), kit.unit(rng.standard_normal((6, 8)))
+    q1, q2 = unit(rng.standard_normal((6, 8))), unit(rng.standard_normal((6, 8)))
     for qs, compat in [({"v2": q2, "v1": q1}, ()), ({"v2": q2}, [("v2", "v1")])]:
         scores, index = search_mixed(qs, g, versions, k, compatible=compat, calibration=calibration)
         ref = mixed_scores(qs, g, versions, compat, calibration=calibration)
@@ -72,11 +76,11 @@ def test_search_mixed_equals_full_ranking(k, calibration, kit):
         np.testing.assert_allclose(np.take_along_axis(ref, index, 1), scores, atol=1e-5)
 
 
-def test_calibrated_embeddings_reproduce_the_match_scores(kit):
+def test_calibrated_embeddings_reproduce_the_match_scores():
     rng = np.random.default_rng(1)
-    g = kit.unit(rng.standard_normal((30, 6)))
+    g = unit(rng.standard_normal((30, 6)))
     ref = rng.random(30) < 0.4
-    q = kit.unit(rng.standard_normal((5, 6)))
+    q = unit(rng.standard_normal((5, 6)))
     versions = ["v2" if r else "v1" for r in ref]
     want = mixed_scores({"v2": q}, g, versions, [("v2", "v1")])
     q2, g2 = calibrated_embeddings(q, g, ref)
@@ -86,7 +90,7 @@ def test_calibrated_embeddings_reproduce_the_match_scores(kit):
     np.testing.assert_allclose(q1 @ g1.T, q @ g.T, atol=1e-6)
 
 
-def test_calibration_makes_partial_backfill_rise_steadily(kit):
+def test_calibration_makes_partial_backfill_rise_steadily():
     """The mechanism measured on the embedded data: cross-model scores v2 . v1 are spread less
     than same-space scores v2 . psi(v1) (here: old rows carry variance the new space does not
     see), so with raw scores upgraded impostors outrank old true matches and top-1 dips below
@@ -95,10 +99,10 @@ def test_calibration_makes_partial_backfill_rise_steadily(kit):
     classes, d = 100, 16
     centers = rng.standard_normal((classes, d))
     zeros = np.zeros((classes, d))
-    q = kit.unit(np.hstack([centers + 0.6 * rng.standard_normal((classes, d)), zeros]))
-    up = kit.unit(np.hstack([centers + 0.6 * rng.standard_normal((classes, d)), zeros]))
+    q = unit(np.hstack([centers + 0.6 * rng.standard_normal((classes, d)), zeros]))
+    up = unit(np.hstack([centers + 0.6 * rng.standard_normal((classes, d)), zeros]))
     noisy = centers + 0.9 * rng.standard_normal((classes, d))
-    old = kit.unit(np.hstack([noisy, 2.0 * rng.standard_normal((classes, d))]))
+    old = unit(np.hstack([noisy, 2.0 * rng.standard_normal((classes, d))]))
     order = rng.permutation(classes)
     acc: dict[str, list[float]] = {"match": [], "none": []}
     for f in (0.0, 0.25, 0.5, 0.75, 1.0):

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from compat.data.transforms import TRANSFORM_ID, to_tensor
+from compat.embeddings.cache import CacheKey, EmbeddingCache
 from compat.errors import BadInputError
-from compat.evaluate.cache import CacheKey, EmbeddingCache
 
 __all__ = ["CacheKey", "EmbeddingCache", "cache_key", "embed_images", "embed_items"]
 

@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
+from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
 from compat.errors import BadInputError, NotFoundError
-from compat.evaluate.bundle import EmbeddingBundle, load_bundle, save_bundle
 
 
 def _write(path, **arrays):

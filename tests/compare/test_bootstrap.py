@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from compat.evaluate import metrics as M
-from compat.evaluate.bootstrap import (
+from compat.compare.bootstrap import (
     bootstrap,
     lower_bound,
     percentile_interval,
     resample_counts,
-    weighted_rates_above,
 )
+from compat.evaluate import metrics as M
+from compat.evaluate.metrics import weighted_rates_above
 from compat.evaluate.protocols import Identification, Verification
 
 

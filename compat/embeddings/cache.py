@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
 from compat.errors import CompatError
-from compat.evaluate.bundle import EmbeddingBundle, load_bundle, save_bundle
 
 log = logging.getLogger(__name__)
 

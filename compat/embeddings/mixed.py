@@ -222,10 +222,10 @@ def search_mixed(
     """Exact top-``k`` over a mixed gallery: ``(scores (nq, k), gallery row indices (nq, k))``.
 
     ``queries`` maps a version to its (nq, d) embeddings of the same queries (rows aligned).
-    Each row group is searched with :func:`compat.evaluate.search.search`, its top-k scores
+    Each row group is searched with :func:`compat.embeddings.search.search`, its top-k scores
     calibrated (the map keeps the order within a group), and the lists merged by score.
     """
-    from compat.evaluate.search import search
+    from compat.embeddings.search import search
 
     g = np.ascontiguousarray(gallery, dtype=np.float32)
     if not 1 <= k <= g.shape[0]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compat.embeddings import search as S
 from compat.errors import UsageError
-from compat.evaluate import search as S
 
 
 def _check_topk(q, g, k, scores, idx):

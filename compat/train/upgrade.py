@@ -5,7 +5,7 @@ psi is fitted on pairs (phi_old(x), phi_new(x)) of the *new* version's training 
 images the new model learned from, which the team still holds when it trains the new version
 (the gallery's images may long be gone). Both embeddings are computed once, in eval mode under
 ``torch.inference_mode``, L2-normalised exactly as galleries store them
-(:func:`compat.evaluate.embed.embed_images`); then only psi trains, with Adam:
+(:func:`compat.embeddings.embed.embed_images`); then only psi trains, with Adam:
 
 - ``mse``:    L = mean_i ||psi(o_i) - n_i||^2            (BiCT's regression form)
 - ``cosine``: L = mean_i (1 - cos(psi(o_i), n_i))
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from compat.backfill.config import UpgradeConfig
 from compat.errors import BadInputError, NotFoundError
 from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_folder
+from compat.train.upgrade_config import UpgradeConfig
 
 METRICS = "metrics.json"
 
@@ -102,7 +102,7 @@ def embedding_pairs(
     device: str | torch.device | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(old, new) L2-normalised float32 embeddings of uint8 ``images``, each computed once."""
-    from compat.evaluate.embed import embed_images
+    from compat.embeddings.embed import embed_images
 
     return (
         embed_images(parent, images, batch_size, device),

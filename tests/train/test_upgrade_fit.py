@@ -7,9 +7,13 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from compat.backfill.config import UpgradeConfig
-from compat.backfill.train import fit_upgrade, upgrade_loss
 from compat.errors import BadInputError
+from compat.train.upgrade import fit_upgrade, upgrade_loss
+from compat.train.upgrade_config import UpgradeConfig
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def test_losses_by_hand():
@@ -23,11 +27,11 @@ def test_losses_by_hand():
         upgrade_loss(out, target, "l1")
 
 
-def _pairs(kit, n=400, d=8, d_new=8, seed=0):
+def _pairs(n=400, d=8, d_new=8, seed=0):
     rng = np.random.default_rng(seed)
-    old = kit.unit(rng.standard_normal((n, d)))
+    old = unit(rng.standard_normal((n, d)))
     m = rng.standard_normal((d, d_new))
-    new = kit.unit(np.tanh(old @ m))  # a non-linear map psi can learn
+    new = unit(np.tanh(old @ m))  # a non-linear map psi can learn
     return old, new
 
 
@@ -35,8 +39,8 @@ CFG = {"hidden": 32, "epochs": 25, "batch_size": 64, "lr": 3e-3, "device": "cpu"
 
 
 @pytest.mark.parametrize("loss", ["mse", "cosine"])
-def test_psi_learns_a_map_between_two_spaces(kit, loss):
-    old, new = _pairs(kit)
+def test_psi_learns_a_map_between_two_spaces(loss):
+    old, new = _pairs()
     fit = fit_upgrade(old, new, UpgradeConfig(**CFG, loss=loss), progress=False, quiet=True)
     s = fit.summary
     assert s["num_val"] == 40 and s["num_fit"] == 360
@@ -46,8 +50,8 @@ def test_psi_learns_a_map_between_two_spaces(kit, loss):
     assert not fit.psi.training
 
 
-def test_fit_is_deterministic_for_a_seed(kit):
-    old, new = _pairs(kit, n=200, d=6, d_new=4)
+def test_fit_is_deterministic_for_a_seed():
+    old, new = _pairs(n=200, d=6, d_new=4)
     cfg = UpgradeConfig(**{**CFG, "epochs": 3})
     a = fit_upgrade(old, new, cfg, progress=False, quiet=True).psi.state_dict()
     b = fit_upgrade(old, new, cfg, progress=False, quiet=True).psi.state_dict()
@@ -57,8 +61,8 @@ def test_fit_is_deterministic_for_a_seed(kit):
     assert a["net.0.weight"].shape == (32, 6) and a["net.9.weight"].shape == (4, 32)
 
 
-def test_fit_rejects_bad_pairs(kit):
-    old, new = _pairs(kit, n=20)
+def test_fit_rejects_bad_pairs():
+    old, new = _pairs(n=20)
     cfg = UpgradeConfig(**{**CFG, "epochs": 1})
     with pytest.raises(BadInputError, match="equal n"):
         fit_upgrade(old, new[:10], cfg, quiet=True)
@@ -84,7 +88,7 @@ def test_config_module_is_import_light():
     import sys
 
     code = (
-        "import sys, compat.backfill.config; "
+        "import sys, compat.train.upgrade_config; "
         "print(any(m in sys.modules for m in ('torch', 'faiss', 'sklearn', 'mlflow')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

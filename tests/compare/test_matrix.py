@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from compat.evaluate import matrix as mx
+from compat.compare import matrix as mx
 
 nan = math.nan
 
