@@ -1,8 +1,15 @@
-"""Small file helpers: nothing is ever half-written (temporary file in the same folder + rename)."""
+"""Small file helpers: nothing is ever half-written (temporary file in the same folder + rename).
+
+The temporary file is named ``.<name>.<pid>.<random>.tmp``: a process killed before its rename
+leaves one behind, and the next write of the same target removes it once the pid that made it is
+gone (a live writer's file is left alone). The renamed file gets the mode a plain ``open`` would
+have given it (0666 less the umask), or keeps the mode of the file it replaces.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -12,16 +19,63 @@ from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux allows (``os.umask`` both sets
+    and returns it, which would race with other threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Delete ``target``'s temporary files whose writing process no longer exists."""
+    removed = []
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        pid = tmp.name[len(target.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+                removed.append(tmp)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    remove_stale_temporaries(target)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent
+    )
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp creates 0600; give the file the mode the user expects of a new (or the
+        # replaced) file.
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~current_umask()
+        os.chmod(tmp_path, mode)
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
