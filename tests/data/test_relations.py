@@ -152,6 +152,13 @@ def _tamper_disjoint_items(ms):  # an old image moved into the new set (open-dat
     new.labels.append(old.labels[0])
 
 
+def _tamper_disjoint_classes(ms):  # an old class (with an image) put into the new set (open-class)
+    old, new = ms["oc-old"], ms["oc-new"]
+    new.items.append(old.items[0])
+    new.labels.append(old.labels[0])
+    new.classes.append(old.labels[0])
+
+
 def _tamper_subset_items(ms):  # an old image missing from the new set (extended-data)
     old = ms["ed-old"]
     _drop_item(ms["ed-new"], old.items[0])
@@ -176,7 +183,7 @@ def _tamper_prefix(ms):  # the new head reorders the old classes (extended-class
 
 def _tamper_share_count(ms):  # one class too many in the old open-class set
     old, new = ms["oc-old"], ms["oc-new"]
-    moved = new.classes[-1]
+    moved = new.classes[0]
     for i, label in zip(new.items, new.labels, strict=True):
         if label == moved:
             old.items.append(i)
@@ -206,6 +213,7 @@ def _tamper_replay_source(ms, source_items):  # a replayed image the earlier tas
 
 TAMPERS = [
     (_tamper_disjoint_items, "[od-new] no item shared with od-old (open-data): 1 unexpected"),
+    (_tamper_disjoint_classes, "[oc-new classes] classes disjoint from oc-old's (open-class): 1"),
     (_tamper_subset_items, "[ed-old] items a subset of ed-new's (extended-data): 1 unexpected"),
     (_tamper_subset_classes, "[v1 classes] classes a subset of v2's (chain): 1 unexpected"),
     (_tamper_equal_items, "[id-old] same items as id-new (identical-data): 1 unexpected"),
