@@ -4,7 +4,7 @@ An ephemeral GX context (no files written, no network) validates pandas frames b
 manifests. Two kinds of expectation:
 
 - scenario-independent ones, on every training set and the evaluation set: evaluation classes and
-  items never in training, every referenced item present in the source, unique items and classes,
+  items never in training, every referenced item present in the source, unique items,
   labels among the declared classes and every declared class with an item, and the evaluation
   set's query/gallery/pair invariants;
 - the scenarios' own, generated from the relations each scenario declares
