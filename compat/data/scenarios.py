@@ -5,10 +5,17 @@ pool (classes in a seeded random order, and each class's items in a seeded rando
 one training set per version name: the items it holds and its class order. A class order lists
 classes in the order they were introduced, so a child that extends its parent's classes keeps the
 parent's class indices as a prefix (the fixed d-Simplex head relies on that).
+
+Each scenario also *declares* what its training sets promise, as data: ``relations()`` returns
+typed ``Relation`` objects (sets disjoint, nested or equal in classes or items, class-order
+prefixes, class counts, items per class, replay memory). The split's data expectations are
+generated from these declarations, one translation per relation kind
+(``compat.data.expectations``), so a scenario states its contract once, next to ``assign``.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -19,16 +26,111 @@ Pool = dict[
 TrainSets = dict[str, tuple[list[str], list[str]]]  # name -> (item ids, class order)
 
 
+def _take(n: int, frac: float) -> int:
+    """How many of n to keep for a fraction: at least one, at most n."""
+    return min(n, max(1, round(n * frac)))
+
+
+# ---- The relation vocabulary -------------------------------------------------------------------
+# Relations name training sets by their manifest name. Set relations compare the sets' classes (the
+# manifest's class list) or items; counts are checked against the source: the training pool's
+# class count, and each class's item count (the pool holds every source item of its classes).
+
+Unit = Literal["classes", "items"]
+
+
+class Share(BaseModel):
+    """A part of n things, cut the way ``assign`` cuts: ``fraction`` of them rounded as ``_take``
+    rounds (at least one, at most n), leaving at least ``spare`` out; with ``rest``, what that
+    part leaves over. The default is all of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fraction: float = Field(1.0, gt=0.0, le=1.0)
+    spare: int = Field(0, ge=0)
+    rest: bool = False
+
+    def of(self, n: int) -> int:
+        """How many of n this share holds."""
+        k = min(_take(n, self.fraction), n - self.spare)
+        return n - k if self.rest else k
+
+    def __str__(self) -> str:
+        if self.fraction == 1.0 and not self.spare and not self.rest:
+            return "all"
+        part = f"{self.fraction * 100:g}%"
+        if self.spare:
+            part += f" (at least {self.spare} left out)"
+        return f"what {part} leaves" if self.rest else part
+
+
+class Relation(BaseModel):
+    """One promise a scenario makes about its training sets; ``a`` is the set it is checked on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    a: str
+    why: str = Field(description="the scenario (kind) that makes the promise, for messages")
+
+
+class Disjoint(Relation):
+    """No class (or item) of ``a`` is in ``b``."""
+
+    b: str
+    unit: Unit
+
+
+class Subset(Relation):
+    """Every class (or item) of ``a`` is in ``b``: ``a`` is nested in ``b``."""
+
+    b: str
+    unit: Unit
+
+
+class Equal(Relation):
+    """``a`` and ``b`` hold the same classes (or items)."""
+
+    b: str
+    unit: Unit
+
+
+class ClassPrefix(Relation):
+    """``a``'s class order is a prefix of ``b``'s: ``b`` keeps ``a``'s class indices (the fixed
+    d-Simplex head of a child that extends its parent relies on it)."""
+
+    b: str
+
+
+class ClassCount(Relation):
+    """``a`` holds exactly ``count`` classes: a number, or a share of the training pool's."""
+
+    count: int | Share
+
+
+class ItemsPerClass(Relation):
+    """Every class of ``a`` holds ``share`` of its source items."""
+
+    share: Share = Share()
+
+
+class Replay(Relation):
+    """Class-incremental replay (CL2R): ``a`` holds min(``memory``, n) items of each of the n-item
+    classes of ``earlier`` (the previous task), taken from ``earlier``'s items, and every item of
+    each class it adds."""
+
+    earlier: str
+    memory: int = Field(ge=0)
+
+
 class _Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     def names(self) -> list[str]:
         raise NotImplementedError
 
-
-def _take(n: int, frac: float) -> int:
-    """How many of n to keep for a fraction: at least one, at most n."""
-    return min(n, max(1, round(n * frac)))
+    def relations(self) -> list[Relation]:
+        """What the training sets of ``assign`` promise each other and the training pool."""
+        raise NotImplementedError
 
 
 class TwoVersion(_Scenario):
@@ -78,6 +180,62 @@ class TwoVersion(_Scenario):
             self.new: ([i for c in new_cls for i in pool[c]], new_cls),
         }
 
+    def relations(self) -> list[Relation]:
+        """UniBCT Table 1: each set's class count and items per class, then the pair's relation
+        (same classes, nested or disjoint classes or items, the old class order kept)."""
+        o, n, why = self.old, self.new, self.kind
+        every = Share()
+        f = self.old_fraction
+        if why == "extended-data":
+            return [
+                ClassCount(a=o, why=why, count=every),
+                ClassCount(a=n, why=why, count=every),
+                ItemsPerClass(a=o, why=why, share=Share(fraction=f)),
+                ItemsPerClass(a=n, why=why, share=every),
+                Equal(a=n, b=o, unit="classes", why=why),
+                ClassPrefix(a=o, b=n, why=why),
+                Subset(a=o, b=n, unit="items", why=why),
+            ]
+        if why == "open-data":
+            # Each class keeps at least one image for the new version (assign's n - 1 cap).
+            part = Share(fraction=f, spare=1)
+            return [
+                ClassCount(a=o, why=why, count=every),
+                ClassCount(a=n, why=why, count=every),
+                ItemsPerClass(a=o, why=why, share=part),
+                ItemsPerClass(a=n, why=why, share=Share(fraction=f, spare=1, rest=True)),
+                Equal(a=n, b=o, unit="classes", why=why),
+                ClassPrefix(a=o, b=n, why=why),
+                Disjoint(a=n, b=o, unit="items", why=why),
+            ]
+        if why in ("extended-class", "open-class"):
+            # The new version always holds a class the old one lacks (assign's n - 1 cap).
+            part = Share(fraction=f, spare=1)
+            new_count = every if why == "extended-class" else Share(fraction=f, spare=1, rest=True)
+            shape: list[Relation] = [
+                ClassCount(a=o, why=why, count=part),
+                ClassCount(a=n, why=why, count=new_count),
+                ItemsPerClass(a=o, why=why, share=every),
+                ItemsPerClass(a=n, why=why, share=every),
+            ]
+            if why == "open-class":
+                return [*shape, Disjoint(a=n, b=o, unit="classes", why=why)]
+            return [
+                *shape,
+                Subset(a=o, b=n, unit="classes", why=why),
+                ClassPrefix(a=o, b=n, why=why),
+                Subset(a=o, b=n, unit="items", why=why),
+            ]
+        return [  # identical-data
+            ClassCount(a=o, why=why, count=every),
+            ClassCount(a=n, why=why, count=every),
+            ItemsPerClass(a=o, why=why, share=every),
+            ItemsPerClass(a=n, why=why, share=every),
+            Equal(a=n, b=o, unit="classes", why=why),
+            ClassPrefix(a=o, b=n, why=why),
+            Equal(a=n, b=o, unit="items", why=why),
+        ]
+
 
 class Chain(_Scenario):
     """Multi-version chains (BCT's three versions): nested fractions of classes or of images."""
@@ -112,6 +270,26 @@ class Chain(_Scenario):
                     [i for c in classes for i in pool[c][: _take(len(pool[c]), frac)]],
                     classes,
                 )
+        return out
+
+    def relations(self) -> list[Relation]:
+        """BCT's chain: each version's share of the pool, nested in the next (items and class
+        order)."""
+        why = "chain"
+        out: list[Relation] = []
+        for name, frac in self.fractions.items():
+            part = Share(fraction=frac)
+            by_class = self.unit == "classes"
+            out += [
+                ClassCount(a=name, why=why, count=part if by_class else Share()),
+                ItemsPerClass(a=name, why=why, share=Share() if by_class else part),
+            ]
+        for parent, child in itertools.pairwise(self.fractions):
+            out += [
+                Subset(a=parent, b=child, unit="classes", why=why),
+                ClassPrefix(a=parent, b=child, why=why),
+                Subset(a=parent, b=child, unit="items", why=why),
+            ]
         return out
 
 
@@ -170,6 +348,32 @@ class Incremental(_Scenario):
             if t + 1 in self.cumulative:
                 out[f"{name}-all"] = ([i for c in seen for i in pool[c]], list(seen))
         return {name: out[name] for name in self.names()}
+
+    def relations(self) -> list[Relation]:
+        """CL2R: each task's class count, the earlier task's class order kept, replay memory from
+        the earlier task; a cumulative set has its task's classes, in its order, with every item."""
+        why = "incremental"
+        tasks = self.task_names()
+        out: list[Relation] = [ItemsPerClass(a=tasks[0], why=why)]
+        for t, name in enumerate(tasks):
+            out.append(ClassCount(a=name, why=why, count=self.initial + self.per_task * t))
+        for prev, cur in itertools.pairwise(tasks):
+            out += [
+                Subset(a=prev, b=cur, unit="classes", why=why),
+                ClassPrefix(a=prev, b=cur, why=why),
+                Replay(a=cur, earlier=prev, memory=self.memory, why=why),
+            ]
+        why = "cumulative"
+        for t in sorted(self.cumulative):
+            task = tasks[t - 1]
+            every = f"{task}-all"
+            out += [
+                ItemsPerClass(a=every, why=why),
+                Equal(a=every, b=task, unit="classes", why=why),
+                ClassPrefix(a=task, b=every, why=why),  # with equal class sets: the same order
+                Subset(a=task, b=every, unit="items", why=why),
+            ]
+        return out
 
 
 Scenario = Annotated[TwoVersion | Chain | Incremental, Field(discriminator="kind")]
