@@ -101,12 +101,12 @@ def run_stage(workdir: Path, stage: str) -> None:
     print(r.stdout.strip(), flush=True)
 
 
-def cell(manifest, codes, q: np.ndarray, g: np.ndarray) -> dict[str, float]:
+def cell(manifest, codes, q: np.ndarray, g: np.ndarray):
+    """The identification result of one matrix cell M(q, g) on the evaluation manifest."""
     from compat.evaluate.protocols import create_protocols, evaluate_manifest
 
     res = evaluate_manifest(manifest, q, g, create_protocols(["identification"]), codes=codes)
-    m = res["identification"].metrics
-    return {"top1": 100 * float(m["top1"]), "mAP": 100 * float(m["mAP"])}
+    return res["identification"]
 
 
 def main() -> int:
@@ -125,7 +125,7 @@ def main() -> int:
 
     import torch
 
-    from compat.compare.matrix import update_gain
+    from compat.compare.engine import compare
     from compat.data.sources import open_source
     from compat.data.split import load_eval_manifest, load_train_manifest
     from compat.embeddings.embed import embed_images
@@ -181,23 +181,31 @@ def main() -> int:
         emb[name] = embed_images(model, images, batch_size=512)
         print(f"{name}: {seconds[name]:.0f} s", flush=True)
 
-    cells = {"old/old": cell(ev, codes, emb["old"], emb["old"])}
+    results = {("old", "old"): cell(ev, codes, emb["old"], emb["old"])}
     for name in RUNS:
         if name != "old":
-            cells[f"{name}/old"] = cell(ev, codes, emb[name], emb["old"])
-            cells[f"{name}/{name}"] = cell(ev, codes, emb[name], emb[name])
+            results[(name, "old")] = cell(ev, codes, emb[name], emb["old"])
+            results[(name, name)] = cell(ev, codes, emb[name], emb[name])
+    # Point estimates only (no resamples): this table formats the comparison engine's output.
+    comparison = compare(results, resamples=0, stream="identification")
+    cells = {
+        f"{q}/{g}": {m: 100 * float(comparison.value((q, g), m)) for m in ("top1", "mAP")}
+        for q, g in comparison
+    }
     chance = 100 / len(set(np.asarray(ev.labels)[ev.gallery]))
 
     def gain(name: str, metric: str = "top1") -> float | None:
-        g = update_gain(
-            cells[f"{name}/old"][metric],
-            cells["old/old"][metric],
-            cells[f"{PARAGON[name]}/{PARAGON[name]}"][metric],
-        )
-        return None if g.value is None else 100 * g.value
+        """Update gain (BCT Eq. 9) of ``name`` against its paragon, in percent."""
+        paragon = (PARAGON[name], PARAGON[name])
+        g = comparison.gain((name, "old"), ("old", "old"), paragon, metric, interval=False)
+        return None if g.gain.value is None else 100 * g.gain.value
 
     def passes(name: str) -> bool:
-        return all(cells[f"{name}/old"][m] > cells["old/old"][m] for m in ("top1", "mAP"))
+        """BCT Eq. 1 on top-1 and mAP: M(new, old) - M(old, old) > 0."""
+        return all(
+            comparison.difference((name, "old"), ("old", "old"), m).value > 0
+            for m in ("top1", "mAP")
+        )
 
     chain = None
     if args.chain_metrics.is_file():

@@ -85,10 +85,9 @@ def _score(
 
     from compat.embeddings.bundle import load_bundle
     from compat.errors import BadInputError
-    from compat.evaluate.config import PROTOCOL_NAMES
-    from compat.evaluate.protocols import create_protocols, evaluate_sets
+    from compat.evaluate.protocols import create_protocols, evaluate_sets, protocol_names
 
-    names = list(dict.fromkeys(protocols or PROTOCOL_NAMES))
+    names = list(dict.fromkeys(protocols or protocol_names()))
     built = create_protocols(names, max_pairs=max_pairs, seed=seed)  # unknown name: exit 2
     q = load_bundle(query_path)
     g = load_bundle(gallery_path)
@@ -151,7 +150,6 @@ def _print_table(
     from rich.console import Console
     from rich.table import Table
 
-    from compat.evaluate.config import PROTOCOL_NAMES
     from compat.evaluate.protocols import PROTOCOLS
 
     table = Table(title=f"query {query.name}  vs  gallery {gallery.name}")
@@ -159,7 +157,7 @@ def _print_table(
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("%", justify="right")
-    for name in PROTOCOL_NAMES:
+    for name in PROTOCOLS.names():
         if name not in counts:
             continue
         for metric in PROTOCOLS.create(name).metric_names():

@@ -3,7 +3,7 @@ paired differences such as M(new, old) - M(old, old).
 
 A resample is a row of unit multiplicities (how often each query was drawn), so every metric
 of every cell is recomputed for a whole block of resamples with a few matrix operations on the
-per-unit statistics a :class:`~compat.evaluate.protocols.ProtocolResult` keeps: no ranking or
+per-unit statistics a :class:`CellResult` keeps: no ranking or
 search is repeated. All cells of one protocol share the same resamples, so a difference
 between two cells is computed per resample ("paired"), as a gate on M(new, old) > M(old, old)
 needs: the two cells are measured on the same queries and their noise largely cancels.
@@ -18,12 +18,9 @@ import math
 import zlib
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol, runtime_checkable
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from compat.evaluate.protocols import ProtocolResult
 
 DEFAULT_RESAMPLES = 1000
 # Bound on one block of resample weights (elements), about 32 MB of int64.
@@ -54,6 +51,23 @@ def lower_bound(samples: np.ndarray, confidence: float = 0.95) -> float:
     return float(np.percentile(x, 100 * (1 - confidence))) if x.size else math.nan
 
 
+@runtime_checkable
+class CellResult(Protocol):
+    """What the bootstrap reads from one protocol's result on one matrix cell (e.g.
+    :class:`compat.evaluate.protocols.ProtocolResult`)."""
+
+    metrics: dict[str, float]
+
+    @property
+    def units(self) -> int:
+        """Resampling units (queries, probes or pairs) the metrics average over."""
+        ...
+
+    def resample(self, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """Every metric recomputed for each row of ``weights`` (b, units) of multiplicities."""
+        ...
+
+
 @dataclass
 class Bootstrap:
     """Resampled metric values: ``samples[key][metric]`` is a (resamples,) array."""
@@ -81,7 +95,7 @@ class Bootstrap:
 
 
 def bootstrap(
-    results: Mapping[Hashable, ProtocolResult],
+    results: Mapping[Hashable, CellResult],
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
@@ -89,7 +103,7 @@ def bootstrap(
 ) -> Bootstrap:
     """Resample the units shared by ``results`` (cells of one protocol) ``resamples`` times.
 
-    ``results`` maps a key (e.g. a (query, gallery) version pair) to a ProtocolResult; all of
+    ``results`` maps a key (e.g. a (query, gallery) version pair) to a :class:`CellResult`; all of
     them must have the same number of units in the same order. ``stream`` (e.g. the protocol
     name) gives each protocol its own reproducible random stream for a given ``seed``.
     """

@@ -6,6 +6,12 @@ and the criterion holds when their difference exceeds the margin (BCT, Shen et a
 Eq. 1: M(new, old) > M(old, old)), and, with ``confidence``, when the one-sided lower bound of a
 paired bootstrap over queries does too. The update gain against the paragon is BCT Eq. 9.
 
+The verdict is a formatter over the comparison engine (:func:`compat.compare.engine.compare`):
+one paired bootstrap per protocol over every required cell. Each protocol is built with the
+options that cover every metric the contract asks for
+(:func:`compat.contracts.schema.protocol_options`). A metric's reported intervals are at the
+confidence its criteria ask for (the highest, if they differ; 0.95 when none does).
+
 A criterion with the ``forward`` term compares M(new, psi(parent)): the caller passes the
 parent's evaluation-set embeddings upgraded by the version's psi (``upgraded[parent]``), and
 the cell is named ``(new, "psi(<parent>)")`` in the matrix. It is checked against the parent
@@ -20,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from compat.contracts.schema import Contract, Criterion
+from compat.compare.engine import DEFAULT_CONFIDENCE, Comparison, compare, num, num_pair
+from compat.contracts.schema import Contract, Criterion, protocol_options
 from compat.errors import BadInputError
 
 
@@ -137,9 +144,7 @@ def judge(
 
     ``upgraded[parent]``: the parent's embeddings upgraded by psi into the new version's space;
     required when a criterion uses ``forward``."""
-    from compat.compare.bootstrap import bootstrap, percentile_interval
-    from compat.compare.matrix import update_gain
-    from compat.evaluate.protocols import create_protocols, evaluate_manifest, label_codes
+    from compat.evaluate.protocols import PROTOCOLS, evaluate_manifest, label_codes
 
     new = contract.version
     for v, emb in embeddings.items():
@@ -156,8 +161,11 @@ def judge(
                 f"upgrade module output for {contract.parent}'s gallery was given"
             )
         embeddings = {**embeddings, psi_gallery(contract.parent): ups[contract.parent]}
-    protocol_names = sorted({c.protocol for c in contract.criteria})
-    protocols = create_protocols(protocol_names)
+    try:
+        options = protocol_options(contract.criteria)
+    except ValueError as err:
+        raise BadInputError(f"{new}: criteria: {err}") from None
+    protocols = [PROTOCOLS.create(name, **opts) for name, opts in options.items()]
     codes = label_codes(manifest.labels)
     cells = required_cells(contract, paragon)
     results: dict[tuple[str, str], dict[str, Any]] = {}
@@ -171,8 +179,8 @@ def judge(
             manifest, eq, eg, protocols, chunk_size=chunk_size, device=device, codes=codes
         )
 
-    boots = {
-        p.name: bootstrap(
+    comparisons = {
+        p.name: compare(
             {c: r[p.name] for c, r in results.items()},
             resamples=resamples,
             seed=seed,
@@ -180,63 +188,74 @@ def judge(
         )
         for p in protocols
     }
+    confidence = _interval_confidence(contract)
     verdict = Verdict(version=new, parent=contract.parent, passed=True)
     for (q, g), per_protocol in results.items():
         for pname, res in per_protocol.items():
             for metric, value in res.metrics.items():
                 verdict.matrix.setdefault(pname, {}).setdefault(metric, {}).setdefault(q, {})[g] = (
-                    _num(value)
+                    num(value)
                 )
                 if resamples > 0:
-                    lo, hi = percentile_interval(boots[pname].samples[(q, g)][metric], 0.95)
+                    interval = comparisons[pname].interval(
+                        (q, g), metric, confidence.get((pname, metric), DEFAULT_CONFIDENCE)
+                    )
                     verdict.intervals.setdefault(pname, {}).setdefault(metric, {}).setdefault(
                         q, {}
-                    )[g] = [_num(lo), _num(hi)]
+                    )[g] = num_pair(interval)
 
     for criterion in contract.criteria:
         for gallery in galleries_of(contract, criterion):
-            verdict.results.append(_check(criterion, new, gallery, results, boots, resamples))
+            verdict.results.append(_check(criterion, new, gallery, comparisons, resamples))
     verdict.passed = all(r.passed for r in verdict.results)
 
     if paragon:
         for criterion in contract.criteria:
             p, m = criterion.protocol, criterion.metric
-            cross = results[(new, contract.parent)][p].metrics[m]
-            old = results[(contract.parent, contract.parent)][p].metrics[m]
-            best = results[(paragon, paragon)][p].metrics[m]
-            gain = update_gain(cross, old, best)
-            verdict.gain.setdefault(p, {})[m] = {"paragon": paragon, **gain.to_json()}
+            gain = comparisons[p].gain(
+                (new, contract.parent), (contract.parent, contract.parent), (paragon, paragon), m,
+                interval=False,
+            )  # fmt: skip
+            verdict.gain.setdefault(p, {})[m] = {"paragon": paragon, **gain.gain.to_json()}
     return verdict
+
+
+def _interval_confidence(contract: Contract) -> dict[tuple[str, str], float]:
+    """(protocol, metric) -> the level of its reported intervals: the highest confidence a
+    criterion on that metric asks for (metrics no criterion bounds keep the default)."""
+    out: dict[tuple[str, str], float] = {}
+    for c in contract.criteria:
+        if c.confidence is not None:
+            key = (c.protocol, c.metric)
+            out[key] = max(out.get(key, c.confidence), c.confidence)
+    return out
 
 
 def _check(
     criterion: Criterion,
     new: str,
     gallery: str,
-    results: dict[tuple[str, str], dict[str, Any]],
-    boots: dict[str, Any],
+    comparisons: dict[str, Comparison],
     resamples: int,
 ) -> CriterionResult:
-    from compat.compare.bootstrap import lower_bound
-
     p, m = criterion.protocol, criterion.metric
     lhs_term, rhs_term = criterion.terms
     lhs, rhs = _term_cell(lhs_term, new, gallery), _term_cell(rhs_term, new, gallery)
-    if m not in results[lhs][p].metrics:
-        known = ", ".join(sorted(results[lhs][p].metrics))
+    comparison = comparisons[p]
+    if m not in comparison.metrics(lhs):
+        known = ", ".join(sorted(comparison.metrics(lhs)))
         raise BadInputError(
             f"criterion {p} {m}: the protocol reports no such metric; known: {known}"
         )
-    a, b = results[lhs][p].metrics[m], results[rhs][p].metrics[m]
-    diff = a - b
-    passed = bool(not math.isnan(diff) and diff > criterion.margin)  # strict: equal fails
+    if criterion.confidence is not None and resamples <= 0:
+        raise BadInputError(f"criterion {p} {m}: confidence needs bootstrap resamples > 0")
+    # BCT Eq. 1 with a margin: M(lhs) - M(rhs) > margin, and its one-sided lower bound too.
+    diff = comparison.difference(lhs, rhs, m, criterion.confidence)
+    passed = bool(not math.isnan(diff.value) and diff.value > criterion.margin)  # strict
     bound = None
     if criterion.confidence is not None:
-        if resamples <= 0:
-            raise BadInputError(f"criterion {p} {m}: confidence needs bootstrap resamples > 0")
-        boot = boots[p]
-        bound = lower_bound(boot.samples[lhs][m] - boot.samples[rhs][m], criterion.confidence)
-        passed = passed and not math.isnan(bound) and bound > criterion.margin
+        bound = diff.lower_bound
+        passed = passed and bound is not None and not math.isnan(bound) and bound > criterion.margin
     return CriterionResult(
         protocol=p,
         metric=m,
@@ -244,17 +263,12 @@ def _check(
         gallery=gallery,
         lhs=list(lhs),
         rhs=list(rhs),
-        lhs_value=_num(a),
-        rhs_value=_num(b),
-        difference=_num(diff),
+        lhs_value=num(comparison.value(lhs, m)),
+        rhs_value=num(comparison.value(rhs, m)),
+        difference=num(diff.value),
         margin=criterion.margin,
         confidence=criterion.confidence,
-        lower_bound=None if bound is None else _num(bound),
+        lower_bound=None if bound is None else num(bound),
         passed=passed,
         description=criterion.describe(new, gallery),
     )
-
-
-def _num(x: float | None) -> float | None:
-    """JSON has no NaN: an undefined value is reported as null."""
-    return None if x is None or math.isnan(x) else float(x)

@@ -1,4 +1,4 @@
-"""The compatibility contract a version declares in ``contracts/<version>.yaml`` (DESIGN.md).
+"""The compatibility contract a version declares in ``contracts/<version>.yaml``.
 
 A contract names the parent the version must stay compatible with, the facts its model card must
 show (embedding dimension, head), the criteria ``compat promote`` checks, the ancestors whose
@@ -20,40 +20,85 @@ A criterion compares two cells of the compatibility matrix, M(query version, gal
 ``require: cross > self_parent`` with ``margin: m`` holds when M(new, parent) - M(parent, parent) > m.
 With ``confidence: c`` the lower bound of a one-sided bootstrap interval at level c of that
 difference must exceed m. The comparison is strict: a new version identical to its parent fails.
+
+Names come from the catalogs: a criterion's ``protocol`` from the protocol catalog
+(:data:`compat.evaluate.protocols.PROTOCOLS`), the ``head`` from the heads catalog
+(:data:`compat.models.heads.HEADS`, read without importing torch). A criterion's ``metric``
+must be one its protocol can compute; the gate then builds each protocol with the options that
+cover every metric the contract asks for (``tar@far=0.0001`` adds that FAR, ``top20`` adds
+k = 20, ``mAP@50`` sets map_k = 50), so an impossible metric fails here, before anything is
+embedded.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import os
 import re
+import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from compat.config import validation_problems
 from compat.errors import BadInputError, NotFoundError
+from compat.evaluate.metrics import canonical_metric
+from compat.evaluate.protocols import PROTOCOLS, options_for
 
 TERMS: tuple[str, ...] = ("cross", "self_parent", "self", "forward")
-PROTOCOLS = ("identification", "open-set", "verification")
 _REQUIRE_RE = re.compile(r"^\s*(\w+)\s*>\s*(\w+)\s*$")
-_METRIC_RE = re.compile(r"^(top\d+|mAP|mAP@\d+|tar@far=[^\s]+|tpir@fpir=[^\s]+)$")
-_HEADS = ("softmax", "normface", "cosface", "arcface", "dsimplex")
+_HEADS_MODULE = Path(__file__).resolve().parents[1] / "models" / "heads.py"
 
 
-def canonical_metric(name: str) -> str:
-    """``tar@far=1e-3`` -> ``tar@far=0.001``: the spelling evaluation reports use."""
-    if "=" in name:
-        key, value = name.split("=", 1)
-        try:
-            number = float(value)
-        except ValueError:
-            raise ValueError(f"metric {name!r}: {value!r} is not a number") from None
-        if not 0 < number < 1:
-            raise ValueError(f"metric {name!r}: the rate must lie in (0, 1)")
-        return f"{key}={number:g}" if number >= 1e-4 else f"{key}={number!r}"
-    return name
+def head_names() -> list[str]:
+    """The heads catalog's names (:data:`compat.models.heads.HEADS`).
+
+    Importing the catalog imports torch (seconds), which ``compat contract validate`` must not
+    pay: unless the module is already loaded, the names are read from its
+    ``@HEADS.register("...")`` decorators, so the catalog stays the one source of head names.
+    """
+    module = sys.modules.get("compat.models.heads")
+    if module is not None:
+        return module.HEADS.names()
+    return _registered_heads(_HEADS_MODULE.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _registered_heads(source: str) -> list[str]:
+    """Names registered by ``@HEADS.register("<name>")`` in the heads module's source."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "register"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "HEADS"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            names.append(str(node.args[0].value))
+    return sorted(names)
+
+
+def protocol_options(criteria: Iterable[Criterion]) -> dict[str, dict[str, Any]]:
+    """Per protocol (sorted), the options under which it reports every metric ``criteria``
+    ask for (:meth:`compat.evaluate.protocols.Protocol.options_for`); ValueError otherwise."""
+    metrics: dict[str, list[str]] = {}
+    for c in criteria:
+        metrics.setdefault(c.protocol, []).append(c.metric)
+    return {p: options_for(p, metrics[p]) for p in sorted(metrics)}
 
 
 class Criterion(BaseModel):
@@ -61,20 +106,27 @@ class Criterion(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    protocol: Literal["identification", "open-set", "verification"]
+    protocol: str
     metric: str
     require: str = "cross > self_parent"
     margin: float = Field(0.0, ge=-1.0, le=1.0)
     confidence: float | None = Field(None, gt=0.5, lt=1.0)
 
+    @field_validator("protocol")
+    @classmethod
+    def _protocol(cls, v: str) -> str:
+        if v not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {v!r}; known: {', '.join(PROTOCOLS.names())}")
+        return v
+
     @field_validator("metric")
     @classmethod
-    def _metric(cls, v: str) -> str:
-        if not _METRIC_RE.match(v):
-            raise ValueError(
-                f"unknown metric {v!r}; e.g. top1, top5, mAP, mAP@100, tar@far=0.001, tpir@fpir=0.01"
-            )
-        return canonical_metric(v)
+    def _metric(cls, v: str, info: ValidationInfo) -> str:
+        metric = canonical_metric(v)
+        protocol = info.data.get("protocol")  # absent when the protocol itself is invalid
+        if protocol is not None:
+            options_for(protocol, [metric])  # ValueError: the protocol cannot compute it
+        return metric
 
     @field_validator("require")
     @classmethod
@@ -125,8 +177,9 @@ class Contract(BaseModel):
     @field_validator("head")
     @classmethod
     def _head(cls, v: str) -> str:
-        if v not in _HEADS:
-            raise ValueError(f"unknown head {v!r}; known: {', '.join(_HEADS)}")
+        known = head_names()
+        if v not in known:
+            raise ValueError(f"unknown head {v!r}; known: {', '.join(known)}")
         return v
 
     @model_validator(mode="after")
@@ -168,12 +221,27 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
         contract = Contract.model_validate(raw)
     except ValidationError as err:
         return None, validation_problems(path, err, raw)
-    problems = []
+    problems = [
+        f"{path}: criteria.{i}.metric: {reason}" for i, reason in _joint_metric_problems(contract)
+    ]
     if path.stem != contract.version:
         problems.append(
             f"{path}: version: {contract.version!r} does not match the file name {path.stem!r}"
         )
     return (contract if not problems else None), problems
+
+
+def _joint_metric_problems(contract: Contract) -> list[tuple[int, str]]:
+    """Metrics each valid alone that one protocol cannot compute together (mAP@50 and
+    mAP@100: identification truncates its ranking at one k); (criterion index, reason)."""
+    problems = []
+    for i, c in enumerate(contract.criteria):
+        earlier = [d.metric for d in contract.criteria[: i + 1] if d.protocol == c.protocol]
+        try:
+            options_for(c.protocol, earlier)
+        except ValueError as err:
+            problems.append((i, str(err)))
+    return problems
 
 
 def load_contract(path: str | os.PathLike[str]) -> Contract:
@@ -186,12 +254,13 @@ def load_contract(path: str | os.PathLike[str]) -> Contract:
 
 
 __all__ = [
-    "PROTOCOLS",
     "TERMS",
     "Contract",
     "Criterion",
     "canonical_metric",
     "check_contract",
     "contract_digest",
+    "head_names",
     "load_contract",
+    "protocol_options",
 ]

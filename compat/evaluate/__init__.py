@@ -8,8 +8,9 @@ One concept per module (import the module you need; this package imports nothing
 * :mod:`~compat.evaluate.report`    the chain evaluation and the files DVC reads
 * :mod:`~compat.evaluate.runner`    embed every version through the cache, then report
 * :mod:`~compat.evaluate.forward`   M(new, psi(old)) and the partial-backfill curve (BiCT)
+* :mod:`~compat.evaluate.plots`     heatmaps, CMC and backfill images (matplotlib)
 * :mod:`~compat.evaluate.config`    the ``evaluate:`` section of params.yaml
 
 Embedding, caching and search live in :mod:`compat.embeddings`; intervals, differences and
-gains in :mod:`compat.compare`.
+gains in :mod:`compat.compare` (the reports here are formatters over its engine).
 """

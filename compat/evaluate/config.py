@@ -14,10 +14,24 @@ Example::
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-PROTOCOL_NAMES = ("identification", "open-set", "verification")
+
+def _protocol_names() -> list[str]:
+    """The protocol catalog's names (:data:`compat.evaluate.protocols.PROTOCOLS`), imported
+    when first needed so that reading params stays light (the catalog is torch-free)."""
+    from compat.evaluate.protocols import protocol_names
+
+    return protocol_names()
+
+
+def __getattr__(name: str) -> Any:
+    # PROTOCOL_NAMES stays importable, but is the catalog's list, not a copy of it.
+    if name == "PROTOCOL_NAMES":
+        return tuple(_protocol_names())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class EvaluateConfig(BaseModel):
@@ -32,7 +46,7 @@ class EvaluateConfig(BaseModel):
         default_factory=dict,
         description="version -> its paragon (new* trained without compatibility, self-tested)",
     )
-    protocols: list[str] = Field(default_factory=lambda: list(PROTOCOL_NAMES))
+    protocols: list[str] = Field(default_factory=_protocol_names)
     bootstrap: int = Field(1000, ge=0, description="bootstrap resamples over queries; 0: none")
     confidence: float = Field(0.95, gt=0.0, lt=1.0, description="level of reported intervals")
     seed: int = 0
@@ -68,9 +82,10 @@ class EvaluateConfig(BaseModel):
     @field_validator("protocols")
     @classmethod
     def _known_protocols(cls, names: list[str]) -> list[str]:
-        unknown = [n for n in names if n not in PROTOCOL_NAMES]
+        known = _protocol_names()
+        unknown = [n for n in names if n not in known]
         if unknown:
-            raise ValueError(f"unknown protocol {unknown[0]!r}; known: {', '.join(PROTOCOL_NAMES)}")
+            raise ValueError(f"unknown protocol {unknown[0]!r}; known: {', '.join(known)}")
         if len(set(names)) != len(names):
             raise ValueError("a protocol is listed twice")
         return names

@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from compat.compare.bootstrap import bootstrap, lower_bound, percentile_interval
-from compat.compare.matrix import update_gain
+from compat.compare.engine import Comparison, compare, num, num_pair
 from compat.embeddings.mixed import calibrated_embeddings
 from compat.evaluate.config import EvaluateConfig
+from compat.evaluate.plots import plot_backfill
 from compat.evaluate.protocols import (
     EvalSetLike,
     ProtocolResult,
@@ -80,10 +80,6 @@ def mixed_gallery(old: np.ndarray, upgraded: np.ndarray, mask: np.ndarray) -> np
     out = old.copy()
     out[mask] = upgraded[mask]
     return out
-
-
-def _num(x: float | None) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
 def evaluate_forward(
@@ -156,50 +152,47 @@ def evaluate_forward(
             "metrics": {},
         }
         for p in protocols:
-            per_term = {t: r[p.name] for t, r in cells.items()}
-            boot = bootstrap(per_term, resamples=config.bootstrap, seed=config.seed, stream=p.name)
+            # The terms of one protocol share resamples (paired), stream = protocol name.
+            comparison = compare(
+                {t: r[p.name] for t, r in cells.items()},
+                resamples=config.bootstrap,
+                seed=config.seed,
+                stream=p.name,
+                confidence=config.confidence,
+            )
             for metric in p.metric_names():
                 entry["metrics"].setdefault(p.name, {})[metric] = _metric_entry(
-                    per_term, boot, metric, config, curve_cells, raw_cells, p.name
+                    comparison, metric, curve_cells, raw_cells, p.name
                 )
         out[new] = entry
     return out
 
 
 def _metric_entry(
-    per_term: Mapping[str, ProtocolResult],
-    boot: Any,
+    comparison: Comparison,
     metric: str,
-    config: EvaluateConfig,
     curve_cells: Mapping[float, Mapping[str, ProtocolResult]],
     raw_cells: Mapping[float, Mapping[str, ProtocolResult]],
     protocol: str,
 ) -> dict[str, Any]:
-    value = {t: r.metrics[metric] for t, r in per_term.items()}
-    e: dict[str, Any] = {t: _num(value.get(t)) for t in TERMS}
-    conf = config.confidence
-    if config.bootstrap > 0:
-        e["interval"] = {
-            t: [_num(v) for v in percentile_interval(boot.samples[t][metric], conf)]
-            for t in per_term
-        }
-        if "backward" in per_term:
-            d = boot.difference("forward", "backward", metric)
-            e["forward_minus_backward"] = {
-                "value": _num(value["forward"] - value["backward"]),
-                "interval": [_num(v) for v in percentile_interval(d, conf)],
-                "lower_bound": _num(lower_bound(d, conf)),
-            }
-    elif "backward" in per_term:
-        e["forward_minus_backward"] = {"value": _num(value["forward"] - value["backward"])}
-    if "paragon" in value:
+    """The terms, their intervals, forward - backward (BiCT's claim) and the update gains
+    (BCT Eq. 9) of the backward and the forward result, formatted from the comparison."""
+    e: dict[str, Any] = {
+        t: num(comparison.value(t, metric)) if t in comparison else None for t in TERMS
+    }
+    if comparison.resampled:
+        e["interval"] = {t: num_pair(comparison.interval(t, metric)) for t in comparison}
+    if "backward" in comparison:
+        diff = comparison.difference("forward", "backward", metric)
+        e["forward_minus_backward"] = diff.to_json()
+    if "paragon" in comparison:
         for term in ("backward", "forward"):
-            if term in value:
-                gain = update_gain(value[term], value["old"], value["paragon"])
+            if term in comparison:
+                gain = comparison.gain(term, "old", "paragon", metric, interval=False)
                 e[f"gain_{term}"] = gain.to_json()
     for key, cells in (("curve", curve_cells), ("curve_raw", raw_cells)):
         e[key] = [
-            {"fraction": f, "value": _num(r[protocol].metrics[metric])}
+            {"fraction": f, "value": num(r[protocol].metrics[metric])}
             for f, r in sorted(cells.items())
         ]
     return e
@@ -252,51 +245,6 @@ def write_forward(
             written.append(path)
     if images:
         written += plot_backfill(forward, pdir)
-    return written
-
-
-def plot_backfill(forward: Mapping[str, Any], plots_dir: str | os.PathLike[str]) -> list[Path]:
-    """One PNG per new version: a panel per protocol, metric vs share of the gallery upgraded,
-    with M(new, new) (re-embedding every image) dashed for reference."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    out_dir = Path(plots_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for new, entry in forward.items():
-        protocols = list(entry["metrics"])
-        if not protocols:
-            continue
-        fig = Figure(figsize=(4.2 * len(protocols), 3.6), layout="constrained")
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(1, len(protocols), squeeze=False)[0]
-        for ax, protocol in zip(axes, protocols, strict=True):
-            for metric, e in entry["metrics"][protocol].items():
-                xs = [pt["fraction"] for pt in e["curve"]]
-                ys = [np.nan if pt["value"] is None else pt["value"] for pt in e["curve"]]
-                (line,) = ax.plot(xs, ys, "-", marker="o", label=metric)
-                raw = [np.nan if pt["value"] is None else pt["value"] for pt in e["curve_raw"]]
-                ax.plot(
-                    [pt["fraction"] for pt in e["curve_raw"]], raw, ":",
-                    color=line.get_color(), linewidth=0.8,
-                )  # fmt: skip
-                if e.get("self") is not None:
-                    ax.axhline(e["self"], color=line.get_color(), linestyle="--", linewidth=0.8)
-            ax.set_xlim(-0.02, 1.02)
-            ax.set_ylim(0, 1)
-            ax.set_xlabel(f"share of the {entry['from']} gallery upgraded by psi")
-            ax.set_ylabel(f"M({new}, mixed gallery)")
-            ax.set_title(protocol)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(
-            f"partial backfill {entry['from']} -> {new} (dotted: raw scores; "
-            f"dashed: M({new}, {new}), re-embedded)"
-        )
-        path = out_dir / f"backfill_{new}.png"
-        fig.savefig(path, dpi=110)
-        written.append(path)
     return written
 
 

@@ -61,25 +61,30 @@ def tpir_key(fpir: float) -> str:
     return f"tpir@fpir={format_rate(fpir)}"
 
 
-_RATE_NAME = re.compile(r"^(tar@far|tpir@fpir)\s*=\s*([0-9.eE+-]+)\s*%?$")
+_RATE_NAME = re.compile(r"^(tar@far|tpir@fpir)\s*=\s*(.*?)\s*(%?)$")
 
 
 def canonical_metric(name: str) -> str:
-    """Normalise a metric name written by a person: ``"tar@far=1e-3"`` -> ``"tar@far=0.001"``.
+    """The one spelling of a metric name, as reports key it (torch-free; contracts use it too).
 
-    Names that are not rate metrics are returned stripped and otherwise unchanged.
+    ``"tar@far=1e-3"`` -> ``"tar@far=0.001"``, ``" tpir@fpir = 1% "`` -> ``"tpir@fpir=0.01"``:
+    a rate is written positionally (:func:`format_rate`, never ``1e-05``), so the name equals
+    the key :func:`tar_key` / :func:`tpir_key` give. Other names are returned stripped. A rate
+    that is not a number in (0, 1) raises ValueError.
     """
     text = name.strip()
     match = _RATE_NAME.match(text)
     if not match:
         return text
-    prefix, number = match.groups()
+    prefix, number, percent = match.groups()
     try:
         value = float(number)
     except ValueError:
-        return text
-    if text.endswith("%"):
+        raise ValueError(f"metric {name!r}: {number!r} is not a number") from None
+    if percent:
         value /= 100.0
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"metric {name!r}: the rate must lie in (0, 1)")
     return f"{prefix}={format_rate(value)}"
 
 

@@ -25,6 +25,7 @@ open-set.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,13 @@ class Protocol(ABC):
     @abstractmethod
     def metric_names(self) -> list[str]: ...
 
+    @classmethod
+    def options_for(cls, metrics: Iterable[str]) -> dict[str, Any]:
+        """Constructor options under which the protocol reports every metric of ``metrics``
+        (canonical names, :func:`~compat.evaluate.metrics.canonical_metric`) besides its
+        default ones; ValueError naming the first metric it cannot compute."""
+        raise NotImplementedError
+
     def from_ranking(self, stats: M.RankStats) -> ProtocolResult:
         raise NotImplementedError(f"{self.name} does not work from a gallery ranking")
 
@@ -168,6 +176,24 @@ class Protocol(ABC):
 
 PROTOCOLS: Catalog[Protocol] = Catalog("protocol")
 
+_TOP_K = re.compile(r"^top([1-9][0-9]*)$")
+_MAP_AT = re.compile(r"^mAP@([1-9][0-9]*)$")
+
+
+def _rates(
+    protocol: str, prefix: str, metrics: Iterable[str], defaults: Sequence[float]
+) -> tuple[float, ...]:
+    """The default rates plus each ``<prefix>=<rate>`` of ``metrics``, highest first."""
+    rates = set(defaults)
+    for metric in metrics:
+        name, _, rate = metric.partition("=")
+        if name != prefix or M.canonical_metric(metric) != metric:
+            raise ValueError(
+                f"unknown metric {metric!r} for {protocol}; it reports {prefix}=<rate>"
+            )
+        rates.add(float(rate))
+    return tuple(sorted(rates, reverse=True))
+
 
 @PROTOCOLS.register("identification")
 class Identification(Protocol):
@@ -185,6 +211,24 @@ class Identification(Protocol):
 
     def metric_names(self) -> list[str]:
         return [*(M.top_key(k) for k in self.ks), "mAP", M.map_at_key(self.map_k)]
+
+    @classmethod
+    def options_for(cls, metrics: Iterable[str]) -> dict[str, Any]:
+        ks, map_ks = set(M.TOP_KS), []
+        for metric in metrics:
+            if top := _TOP_K.match(metric):
+                ks.add(int(top[1]))
+            elif at := _MAP_AT.match(metric):
+                if int(at[1]) not in map_ks:
+                    map_ks.append(int(at[1]))
+            elif metric != "mAP":
+                raise ValueError(
+                    f"unknown metric {metric!r} for {cls.name}; it reports top<k>, mAP, mAP@<k>"
+                )
+        if len(map_ks) > 1:
+            # One ranking is truncated at one k: mAP@k for two k would need two evaluations.
+            raise ValueError(f"{cls.name} reports mAP@k for one k, not for {map_ks}")
+        return {"ks": tuple(sorted(ks)), "map_k": map_ks[0] if map_ks else M.MAP_K}
 
     def from_ranking(self, stats: M.RankStats) -> IdentificationResult:
         return IdentificationResult(
@@ -208,6 +252,10 @@ class OpenSet(Protocol):
 
     def metric_names(self) -> list[str]:
         return [M.tpir_key(f) for f in self.fpirs]
+
+    @classmethod
+    def options_for(cls, metrics: Iterable[str]) -> dict[str, Any]:
+        return {"fpirs": _rates(cls.name, "tpir@fpir", metrics, M.FPIRS)}
 
     def from_ranking(self, stats: M.RankStats) -> OpenSetResult:
         correct = stats.first_rank == 1
@@ -244,6 +292,10 @@ class Verification(Protocol):
     def metric_names(self) -> list[str]:
         return [M.tar_key(f) for f in self.fars]
 
+    @classmethod
+    def options_for(cls, metrics: Iterable[str]) -> dict[str, Any]:
+        return {"fars": _rates(cls.name, "tar@far", metrics, M.FARS)}
+
     def from_pair_scores(self, scores: np.ndarray, same: np.ndarray) -> VerificationResult:
         s = np.asarray(scores, dtype=np.float64)
         y = np.asarray(same, dtype=bool)
@@ -279,6 +331,17 @@ def indexed_pair_scores(
     for s in range(0, ia.shape[0], chunk):
         out[s : s + chunk] = pair_scores(a[ia[s : s + chunk]], b[ib[s : s + chunk]])
     return out
+
+
+def protocol_names() -> list[str]:
+    """Every protocol of the catalog, in the order reports list them."""
+    return PROTOCOLS.names()
+
+
+def options_for(protocol: str, metrics: Iterable[str]) -> dict[str, Any]:
+    """Options that make ``protocol`` report ``metrics`` (UsageError: unknown protocol;
+    ValueError: a metric it cannot compute), e.g. ``tar@far=0.0001`` adds that FAR."""
+    return PROTOCOLS.get(protocol).options_for(metrics)  # type: ignore[attr-defined]
 
 
 def create_protocols(names: Iterable[str], **options: Any) -> list[Protocol]:

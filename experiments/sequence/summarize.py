@@ -5,6 +5,12 @@ Reads ``metrics/<method>/compat.json`` for every method of evaluate.yaml (what
 ``metrics/summary.json`` (AC, AA, BC, FC per method, protocol and metric) and
 ``plots/summary.png`` (each method's identification top-1 matrix, lower triangle, with its
 sequence metrics in the title), and prints a Markdown table of both.
+
+A formatter over the evaluate stage's reports, which the comparison engine
+(:mod:`compat.compare`) made: the matrices are read back with
+:func:`compat.compare.matrix.as_array`, AA of a leading block is :func:`compat.compare.matrix.aa`
+and a cross test is marked when the report's difference M[i][j] - M[j][j] (BCT Eq. 1) is
+positive; nothing here recomputes an interval, a difference or a gain.
 Usage (from experiments/sequence): ``python summarize.py [--metric top1]``.
 """
 
@@ -19,6 +25,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from compat.compare import matrix as mx
 from compat.io import write_json
 
 
@@ -30,14 +37,22 @@ def replaced(train: dict[str, Any]) -> set[str]:
 
 
 def matrix(report: dict[str, Any], protocol: str, metric: str) -> np.ndarray:
-    chain = report["chain"]
+    """The report's M[query][gallery] over its chain (NaN where it has no value)."""
     rows = report["matrix"][protocol][metric]
-    out = np.full((len(chain), len(chain)), np.nan)
-    for i, q in enumerate(chain):
-        for j, g in enumerate(chain):
-            v = rows.get(q, {}).get(g)
-            out[i, j] = np.nan if v is None else v
-    return out
+    values = {(q, g): v for q, row in rows.items() for g, v in row.items()}
+    return mx.as_array(values, report["chain"])
+
+
+def compatible(report: dict[str, Any], protocol: str, metric: str) -> set[tuple[int, int]]:
+    """(i, j) of the cross tests whose difference M[i][j] - M[j][j] is positive (BCT Eq. 1)."""
+    chain = report["chain"]
+    rows = report.get("difference", {}).get(protocol, {}).get(metric, {})
+    return {
+        (chain.index(new), chain.index(old))
+        for new, row in rows.items()
+        for old, diff in row.items()
+        if diff["value"] is not None and diff["value"] > 0
+    }
 
 
 def _numbers(seq: dict[str, Any]) -> dict[str, Any]:
@@ -52,10 +67,9 @@ def across_replacement(m: np.ndarray, r: int) -> dict[str, float]:
     ``self_mean``: mean of their own self tests M[j][j]. AA "collapses" when the replacement's
     queries cannot search the older galleries (cross tests near chance).
     """
-    lower = lambda k: m[:k, :k][np.tril_indices(k)]  # noqa: E731
     return {
-        "aa_before": float(lower(r).mean()),
-        "aa_with": float(lower(r + 1).mean()),
+        "aa_before": mx.aa(m[:r, :r]),
+        "aa_with": mx.aa(m[: r + 1, : r + 1]),
         "cross_mean": float(m[r, :r].mean()),
         "self_mean": float(np.diag(m)[:r].mean()),
     }
@@ -114,13 +128,13 @@ def plot(reports: dict[str, Any], marks: set[str], protocol: str, metric: str, p
     top = max(1e-9, *(float(np.nanmax(m)) for m in mats.values()))  # one scale for all panels
     for ax, (method, rep) in zip(axes, reports.items(), strict=True):
         chain, m = rep["chain"], mats[method]
+        ok = compatible(rep, protocol, metric)
         ax.imshow(m, vmin=0.0, vmax=top, cmap="viridis")
         for (i, j), v in np.ndenumerate(m):
             if np.isfinite(v):
-                ok = i > j and v > m[j, j]  # a cross test that meets M[i][j] > M[j][j]
                 ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=8,
                         color="white" if v < 0.6 * top else "black",
-                        fontweight="bold" if ok else "normal")  # fmt: skip
+                        fontweight="bold" if (i, j) in ok else "normal")  # fmt: skip
         names = [f"{v.split('-')[-1]}*" if v in marks else v.split("-")[-1] for v in chain]
         ax.set_xticks(range(len(chain)), names)
         ax.set_yticks(range(len(chain)), names)

@@ -218,3 +218,25 @@ def test_label_lookup_ranking_equals_the_boolean_matrix_form(sets):
     np.testing.assert_allclose(got.top_score, ref.top_score, atol=1e-6)
     with pytest.raises(ValueError, match="ascending row"):
         M.rank_stats_from_positives(q @ g.T, np.array([1, 0]), np.array([0, 0]))
+
+
+def test_options_for_make_a_protocol_report_the_metrics_asked_for():
+    from compat.evaluate.config import PROTOCOL_NAMES
+    from compat.evaluate.protocols import PROTOCOLS, options_for, protocol_names
+
+    assert PROTOCOL_NAMES == tuple(protocol_names()) == tuple(PROTOCOLS.names())
+    asked = {
+        "identification": ["top20", "mAP@50", "mAP", "top1"],
+        "open-set": ["tpir@fpir=0.001"],
+        "verification": ["tar@far=0.0001", "tar@far=0.1"],
+    }
+    for name, metrics in asked.items():
+        built = PROTOCOLS.create(name, **options_for(name, metrics))
+        assert set(metrics) <= set(built.metric_names())
+    # The defaults are kept, in their order, when nothing beyond them is asked for.
+    for name in protocol_names():
+        assert PROTOCOLS.create(name, **options_for(name, [])).metric_names() == (
+            PROTOCOLS.create(name).metric_names()
+        )
+    with pytest.raises(ValueError, match="unknown metric 'top1' for open-set"):
+        options_for("open-set", ["top1"])

@@ -14,7 +14,8 @@ import pytest
 from seq_scripts import REPO
 
 from compat.evaluate.config import EvaluateConfig
-from compat.evaluate.report import _sequence_line, evaluate_chain, write_report
+from compat.evaluate.plots import _sequence_line
+from compat.evaluate.report import evaluate_chain, write_report
 
 CHAIN = [f"t{k}" for k in range(1, 8)]
 
