@@ -1,24 +1,35 @@
 """DVC stage ``data``: materialise the image source named by params.yaml ``data``.
 
 Writes ``data/source.json`` (items, labels, size, fingerprint) and, for the embedded default,
-``data/glyphs.npy``. Usage: ``python stages/data.py``.
+``data/glyphs.npy``. Usage: ``python stages/data.py [--params params.yaml]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
-from compat.data.sources import build_source
 from compat.errors import CompatError
-from compat.params import load_params
+from compat.params import PARAMS_FILE, PARAMS_SECTIONS, read_section
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the stage; ``argv`` None (an in-process caller) means no arguments: the defaults."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default=PARAMS_FILE)
+    args = parser.parse_args([] if argv is None else argv)
     try:
-        params = load_params()
+        from compat.data.config import DataParams, EmbeddedData
+        from compat.data.sources import build_source
+
+        # No data section: the embedded default. An unknown section is an error, so a typo
+        # such as `dta:` cannot silently fall back to it.
+        config = read_section(
+            args.params, "data", DataParams, default=EmbeddedData(), sections=PARAMS_SECTIONS
+        )
         start = time.perf_counter()
-        source = build_source(params.data, "data")
+        source = build_source(config, "data")
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
@@ -32,4 +43,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -18,29 +18,25 @@ import shutil
 import sys
 from pathlib import Path
 
-from compat.errors import CompatError, NotFoundError
+from compat.errors import CompatError
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.report import write_report
 from compat.evaluate.runner import run_evaluation
+from compat.params import PARAMS_FILE, read_section
 
-PARAMS = "params.yaml"
 
-
-def load_config(path: str = PARAMS, section: str = "evaluate") -> EvaluateConfig:
-    from compat.evaluate.config import read_evaluate_section
-
-    config = read_evaluate_section(path, section)
-    if config is None:
-        raise NotFoundError(f"{path}: {section}: section missing")
-    return config
+def load_config(path: str = PARAMS_FILE, section: str = "evaluate") -> EvaluateConfig:
+    """The evaluate section ``section`` of ``path``; NotFoundError (exit 3) if it is missing."""
+    return read_section(path, section, EvaluateConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the stage; ``argv`` None (an in-process caller) means no arguments: the defaults."""
     from compat.data.sources import open_source
     from compat.data.split import load_eval_manifest
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default=PARAMS)
+    parser.add_argument("--params", default=PARAMS_FILE)
     parser.add_argument("--section", default="evaluate")
     parser.add_argument("--metrics", default="metrics")
     parser.add_argument("--plots", default="plots")

@@ -3,28 +3,38 @@
 Writes ``splits/<name>.json`` for every training set the scenarios in params.yaml ``split`` name,
 and ``splits/eval.json``. Data expectations (Great Expectations) run before anything is written;
 a violation fails the stage with the list of failed expectations.
-Usage: ``python stages/split.py``.
+Usage: ``python stages/split.py [--params params.yaml]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
 
-from compat.data.expectations import validate_split
-from compat.data.sources import open_source
-from compat.data.split import build_split, write_split
 from compat.errors import CompatError
-from compat.params import load_params
+from compat.params import PARAMS_FILE, PARAMS_SECTIONS, read_section
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the stage; ``argv`` None (an in-process caller) means no arguments: the defaults."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default=PARAMS_FILE)
+    args = parser.parse_args([] if argv is None else argv)
     try:
-        params = load_params()
+        from compat.data.expectations import validate_split
+        from compat.data.sources import open_source
+        from compat.data.split import SplitParams, build_split, write_split
+
+        # No split section: the defaults. An unknown section is an error, so a typo such as
+        # `spilt:` cannot silently fall back to them.
+        config = read_section(
+            args.params, "split", SplitParams, default=SplitParams(), sections=PARAMS_SECTIONS
+        )
         source = open_source("data/source.json")
-        manifests, eval_manifest = build_split(source, params.split)
-        validate_split(source, params.split, manifests, eval_manifest)
+        manifests, eval_manifest = build_split(source, config)
+        validate_split(source, config, manifests, eval_manifest)
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
@@ -42,4 +52,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -14,32 +14,30 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.errors import CompatError, NotFoundError
+from compat.errors import CompatError
+from compat.params import PARAMS_FILE, read_section
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the stage; ``argv`` None (an in-process caller) means no arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("version")
-    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--params", default=PARAMS_FILE)
     parser.add_argument("--source", default="data/source.json")
     parser.add_argument("--splits", default="splits")
     parser.add_argument("--models", default="models")
     parser.add_argument("--checkpoints", default="cache/checkpoints")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    args = parser.parse_args([] if argv is None else argv)
     try:
-        from compat.config import read_yaml, validate_with
         from compat.train.config import TrainConfig
 
-        raw = read_yaml(args.params) or {}
-        section = (raw.get("train") or {}) if isinstance(raw, dict) else {}
-        if args.version not in section:
-            known = ", ".join(sorted(section)) or "none"
-            raise NotFoundError(
-                f"{args.params}: train.{args.version}: no such version (known: {known})"
-            )
-        cfg = validate_with(
-            TrainConfig, section[args.version], args.params, f"train.{args.version}"
+        cfg = read_section(
+            args.params,
+            "train",
+            TrainConfig,
+            args.version,
+            missing="no such version (known: {known})",
         )
 
         from compat.data.sources import open_source
@@ -74,4 +72,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

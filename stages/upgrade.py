@@ -15,32 +15,29 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.errors import BadInputError, CompatError, NotFoundError
+from compat.errors import BadInputError, CompatError
+from compat.params import PARAMS_FILE, read_section
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the stage; ``argv`` None (an in-process caller) means no arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("version")
-    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--params", default=PARAMS_FILE)
     parser.add_argument("--source", default="data/source.json")
     parser.add_argument("--splits", default="splits")
     parser.add_argument("--models", default="models")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    args = parser.parse_args([] if argv is None else argv)
     try:
-        from compat.config import read_yaml, validate_with
         from compat.train.upgrade_config import UpgradeConfig
 
-        raw = read_yaml(args.params) or {}
-        section = (raw.get("upgrade") or {}) if isinstance(raw, dict) else {}
-        if args.version not in section:
-            known = ", ".join(sorted(section)) or "none"
-            raise NotFoundError(
-                f"{args.params}: upgrade.{args.version}: no upgrade module declared "
-                f"(declared: {known})"
-            )
-        cfg = validate_with(
-            UpgradeConfig, section[args.version], args.params, f"upgrade.{args.version}"
+        cfg = read_section(
+            args.params,
+            "upgrade",
+            UpgradeConfig,
+            args.version,
+            missing="no upgrade module declared (declared: {known})",
         )
 
         from compat.data.sources import open_source
@@ -88,4 +85,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from compat.errors import BadInputError, NotFoundError
-from compat.params import load_params
+from compat.params import PARAMS_SECTIONS, load_params, read_section
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,3 +43,69 @@ def test_bad_params_name_file_and_key(tmp_path: Path, text: str, message: str):
 def test_missing_params_file(tmp_path: Path):
     with pytest.raises(NotFoundError, match=r"nope\.yaml"):
         load_params(tmp_path / "nope.yaml")
+
+
+def test_every_section_of_the_whole_file_model_is_a_known_section():
+    """PARAMS_SECTIONS (what the data and split stages accept at the top level) and the
+    whole-file model name the same sections."""
+    from compat.params import PARAMS_SECTIONS, _params_model
+
+    assert set(PARAMS_SECTIONS) == set(_params_model().model_fields)
+
+
+PARAMS = """
+data: {kind: embedded, classes: 10}
+train:
+  v1: {method: independent, seed: 1}
+  v2: {method: bct, parent: v1, epochs: 0}
+evaluate: {chain: [v1]}
+"""
+
+
+@pytest.fixture
+def params_file(tmp_path: Path) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(PARAMS)
+    return path
+
+
+def test_read_section_validates_only_its_section(params_file: Path):
+    from compat.data.config import DataParams
+    from compat.evaluate.config import EvaluateConfig
+    from compat.train.config import TrainConfig
+
+    assert read_section(params_file, "data", DataParams).classes == 10
+    assert read_section(params_file, "evaluate", EvaluateConfig).chain == ["v1"]
+    # train.v2 is invalid (epochs 0), which does not concern a reader of train.v1
+    assert read_section(params_file, "train", TrainConfig, "v1").seed == 1
+    with pytest.raises(BadInputError, match=r"^.*p\.yaml: train\.v2\.epochs: "):
+        read_section(params_file, "train", TrainConfig, "v2")
+
+
+def test_read_section_missing_names_the_known_ones(params_file: Path):
+    from compat.evaluate.config import EvaluateConfig
+    from compat.train.config import TrainConfig
+
+    with pytest.raises(NotFoundError, match=r"p\.yaml: upgrade: section missing \(known: data, evaluate, train\)"):  # fmt: skip
+        read_section(params_file, "upgrade", EvaluateConfig)
+    with pytest.raises(NotFoundError, match=r"p\.yaml: train\.v9: not found \(known: v1, v2\)"):
+        read_section(params_file, "train", TrainConfig, "v9")
+    with pytest.raises(NotFoundError, match=r"train\.v9: no such version \(known: v1, v2\)"):
+        read_section(params_file, "train", TrainConfig, "v9", missing="no such version (known: {known})")  # fmt: skip
+    assert read_section(params_file, "upgrade", EvaluateConfig, default=None) is None
+
+
+def test_read_section_refuses_unknown_sections_when_told_which_exist(params_file: Path):
+    from compat.data.split import SplitParams
+
+    params_file.write_text("spilt: {seed: 3}\n")
+    assert read_section(params_file, "split", SplitParams, default=SplitParams()).seed == 0
+    with pytest.raises(BadInputError, match=r"p\.yaml: spilt: Extra inputs are not permitted"):
+        read_section(params_file, "split", SplitParams, default=None, sections=PARAMS_SECTIONS)
+
+
+def test_read_section_of_a_file_that_is_not_a_mapping(tmp_path: Path):
+    path = tmp_path / "p.yaml"
+    path.write_text("- 1\n")
+    with pytest.raises(BadInputError, match=r"\(root\): expected a mapping of sections"):
+        read_section(path, "evaluate", dict)

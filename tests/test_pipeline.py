@@ -95,3 +95,39 @@ def test_bict_summary_reads_each_finished_experiment_once_sorted_by_lambda():
     assert [r["lam"] for r in rows] == [0.0, 1.0, 3.0]
     assert [r["backward_top1"] for r in rows] == pytest.approx([1.0, 30.0, 25.0])
     assert rows[1]["name"] == "main" and rows[1]["forward_mAP"] == pytest.approx(50.0)
+
+
+EXPERIMENTS = sorted(p.parent for p in REPO.glob("experiments/*/dvc.yaml"))
+
+
+@pytest.mark.parametrize(
+    "folder", [REPO, *EXPERIMENTS], ids=lambda p: str(p.relative_to(REPO)) or "root"
+)
+def test_each_dvc_project_lists_only_its_own_stages(folder: Path):
+    """The root project is the root pipeline only, and each experiment folder is a DVC project of
+    its own: otherwise the root's `dvc dag` / `dvc status` / `dvc exp show` list every
+    experiment's stages (hundreds of lines), and `dvc repro` at the root could reach them."""
+    from dvc.repo import Repo
+
+    with Repo(str(folder)) as repo:
+        assert Path(repo.root_dir) == folder
+        stages = list(repo.index.stages)
+    assert stages, f"{folder}: no stages"
+    assert {Path(s.path) for s in stages} == {folder / "dvc.yaml"}
+    names = {s.name for s in stages}
+    declared = yaml.safe_load((folder / "dvc.yaml").read_text())["stages"]
+    # foreach stages appear once per item (name@key)
+    assert {n.partition("@")[0] for n in names} == set(declared)
+
+
+@pytest.mark.parametrize("folder", EXPERIMENTS, ids=lambda p: p.name)
+def test_experiment_projects_send_no_analytics_and_ignore_their_outputs(folder: Path):
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(folder / ".dvc" / "config")
+    assert config.get("core", "analytics") == "false"  # as the root's .dvc/config
+    # the root .gitignore anchors /data/, /splits/, ... at the root: each project ignores its own
+    ignored = (folder / ".gitignore").read_text().split()
+    for out in ("data", "splits", "models", "cache"):
+        assert f"/{out}" in ignored or f"/{out}/" in ignored, (folder.name, out)

@@ -150,9 +150,6 @@ def read_evaluate_section(
     """A params file's ``section`` validated as an :class:`EvaluateConfig` (errors name the file
     and the dotted field); None when the file has no such section. Only this section is read, so
     a file whose other sections belong to another pipeline is fine."""
-    from compat.config import read_yaml, validate_with
+    from compat.params import read_section
 
-    raw = read_yaml(path) or {}
-    if not isinstance(raw, dict) or section not in raw:
-        return None
-    return validate_with(EvaluateConfig, raw[section], path, prefix=section)
+    return read_section(path, section, EvaluateConfig, default=None)

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-METRICS = "experiments/bict/metrics/forward.json"
-PARAMS = "experiments/bict/params.yaml"
+# This folder is a DVC project of its own: `dvc exp show --json` names files relative to it.
+METRICS = "metrics/forward.json"
+PARAMS = "params.yaml"
 
 
 def rows_from(exp_show: list[dict]) -> list[dict]:

@@ -216,6 +216,8 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
         f"{CODE}/compat/train",
         f"{CODE}/compat/models",
         f"{CODE}/compat/losses",
+        f"{CODE}/compat/data",
+        f"{CODE}/compat/io.py",
         "data",
         "splits/${item.split}.json",
     ]
@@ -249,6 +251,9 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
                 f"{CODE}/compat/evaluate",
                 f"{CODE}/compat/embeddings",
                 f"{CODE}/compat/compare",
+                f"{CODE}/compat/models",
+                f"{CODE}/compat/data",
+                f"{CODE}/compat/io.py",
                 "data",
                 "splits/eval.json",
                 *[f"models/${{item}}-{task}/weights.safetensors" for task in seq.tasks()],
@@ -268,20 +273,22 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
     }
     summary = {
         "cmd": "python summarize.py",
-        "deps": ["summarize.py", *[f"metrics/{m}/compat.json" for m in seq.methods]],
+        "deps": [
+            "summarize.py",
+            f"{CODE}/compat/io.py",
+            *[f"metrics/{m}/compat.json" for m in seq.methods],
+        ],
         "metrics": [{"metrics/summary.json": {"cache": False}}],
         "plots": [{"plots/summary.png": {"cache": False}}],
     }
-    data_code = ("kanji.py", "render.py", "embedded.py", "sources.py")
-    split_code = ("split.py", "scenarios.py", "expectations.py")
+    # Every stage reads images through compat/data and writes JSON through compat/io.py
+    # (tests/test_stage_deps.py checks that the deps cover each script's compat imports).
+    data_code = [f"{CODE}/compat/data", f"{CODE}/compat/io.py"]
     return {
         "stages": {
             "data": {
                 "cmd": f"python {CODE}/stages/data.py",
-                "deps": [
-                    f"{CODE}/stages/data.py",
-                    *[f"{CODE}/compat/data/{f}" for f in data_code],
-                ],
+                "deps": [f"{CODE}/stages/data.py", *data_code],
                 "params": ["data"],
                 "outs": ["data"],
             },
@@ -289,7 +296,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
                 "cmd": f"python {CODE}/stages/split.py",
                 "deps": [
                     f"{CODE}/stages/split.py",
-                    *[f"{CODE}/compat/data/{f}" for f in split_code],
+                    *data_code,
                     "data",
                 ],
                 "params": ["split"],
