@@ -150,6 +150,6 @@ def read_evaluate_section(
     """A params file's ``section`` validated as an :class:`EvaluateConfig` (errors name the file
     and the dotted field); None when the file has no such section. Only this section is read, so
     a file whose other sections belong to another pipeline is fine."""
-    from compat.params import read_section
+    from compat.config import read_section
 
     return read_section(path, section, EvaluateConfig, default=None)

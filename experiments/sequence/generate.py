@@ -275,6 +275,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
         "cmd": "python summarize.py",
         "deps": [
             "summarize.py",
+            f"{CODE}/compat/compare",
             f"{CODE}/compat/io.py",
             *[f"metrics/{m}/compat.json" for m in seq.methods],
         ],
