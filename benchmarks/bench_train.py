@@ -88,7 +88,7 @@ def run_method(method, args, images, labels, models: Path) -> tuple[float, float
 
 
 def _device(args) -> torch.device:
-    from compat.train.fit import resolve_device
+    from compat.train.device import resolve_device
 
     return resolve_device(args.device)
 

@@ -156,7 +156,8 @@ def train_arrays(
     from compat.models.heads import create_head
     from compat.models.parent import FrozenParent
     from compat.models.version import package_versions, save_version
-    from compat.train.fit import fit, resolve_device
+    from compat.train.device import resolve_device
+    from compat.train.fit import fit
 
     models_dir = Path(models_dir)
     out = Path(out_dir) if out_dir is not None else models_dir / version

@@ -18,9 +18,7 @@ seeded shuffling).
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +30,7 @@ import torch.nn.functional as F
 
 from compat.errors import BadInputError, NotFoundError
 from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_folder
+from compat.train.device import determinism, resolve_device
 from compat.train.upgrade_config import UpgradeConfig
 
 METRICS = "metrics.json"
@@ -119,28 +118,6 @@ def upgrade_loss(out: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Te
     raise BadInputError(f"upgrade: loss: unknown {kind!r}; known: mse, cosine")
 
 
-@contextlib.contextmanager
-def _determinism(device: torch.device) -> Iterator[None]:
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.are_deterministic_algorithms_enabled()
-    before_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before, warn_only=before_warn)
-
-
-def _resolve_device(pref: str) -> torch.device:
-    if pref == "cuda" or (pref == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise BadInputError("upgrade: device: cuda requested but no CUDA device is available")
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
 def _mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(F.cosine_similarity(a, b, dim=1).mean()) if len(a) else float("nan")
 
@@ -167,7 +144,7 @@ def fit_upgrade(
     if not (torch.isfinite(o).all() and torch.isfinite(t).all()):
         raise BadInputError("upgrade: pairs: NaN or inf in the embeddings")
     seed = cfg.seed if seed is None else seed
-    device = _resolve_device(cfg.device)
+    device = resolve_device(cfg.device, "upgrade: device")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
@@ -189,7 +166,7 @@ def fit_upgrade(
     steps = n // bs + (1 if n % bs >= 2 else 0)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
-    with _determinism(device), Reporter(cfg.epochs, progress, quiet) as rep:
+    with determinism(True, device), Reporter(cfg.epochs, progress, quiet) as rep:
         for epoch in range(cfg.epochs):
             rep.start_epoch(epoch, steps)
             psi.train()
@@ -275,7 +252,7 @@ def train_upgrade(
         raise BadInputError(
             f"images: expected uint8 (n >= 2, H, W, C), got {arr.dtype} {tuple(arr.shape)}"
         )
-    device = _resolve_device(cfg.device)
+    device = resolve_device(cfg.device, "upgrade: device")
     parent_model, parent_card = load_version(plan.parent_dir)
     new_model, new_card = load_version(plan.new_dir)
     old_emb, new_emb = embedding_pairs(
