@@ -45,12 +45,12 @@ def make_parent(root: Path, name: str, head: str, backbone: str, dim: int, class
     torch.manual_seed(123)
     model = build_embedding_model(backbone, dim, in_channels=channels, image_size=size)
     h = create_head(head, dim, len(classes), s=16.0, m=0.2)
-    card = {
+    fields = {
         "version": name, "backbone": backbone, "pooling": "avg", "dim": dim, "in_channels": channels,
         "image_size": size, "head": head, "head_params": h.params(), "num_classes": len(classes),
         "classes": classes,
     }  # fmt: skip
-    save_version(root / name, model.eval(), h, card)
+    save_version(root / name, model.eval(), h, fields)
     return root / name
 
 

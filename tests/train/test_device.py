@@ -9,7 +9,7 @@ def test_resolve_device_cpu_and_missing_cuda(monkeypatch):
     assert resolve_device("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu")
-    with pytest.raises(BadInputError, match="^upgrade: device: cuda requested"):
+    with pytest.raises(BadInputError, match=r"^upgrade: device: cuda requested"):
         resolve_device("cuda", "upgrade: device")
 
 
