@@ -45,12 +45,12 @@ def make_parent(root: Path, name: str, head: str, backbone: str, dim: int, class
     torch.manual_seed(123)
     model = build_embedding_model(backbone, dim, in_channels=channels, image_size=size)
     h = create_head(head, dim, len(classes), s=16.0, m=0.2)
-    card = {
+    fields = {
         "version": name, "backbone": backbone, "pooling": "avg", "dim": dim, "in_channels": channels,
         "image_size": size, "head": head, "head_params": h.params(), "num_classes": len(classes),
         "classes": classes,
     }  # fmt: skip
-    save_version(root / name, model.eval(), h, card)
+    save_version(root / name, model.eval(), h, fields)
     return root / name
 
 
@@ -88,7 +88,7 @@ def run_method(method, args, images, labels, models: Path) -> tuple[float, float
 
 
 def _device(args) -> torch.device:
-    from compat.train.fit import resolve_device
+    from compat.train.device import resolve_device
 
     return resolve_device(args.device)
 

@@ -60,13 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
-    if "weights_sha256" not in card:  # a torchrun worker other than rank 0 writes nothing
+    if card is None:  # a torchrun worker other than rank 0 writes nothing
         return 0
     print(
-        f"train: {args.version} ({card['method']}, parent {card['parent']}): {card['backbone']} "
-        f"dim {card['dim']}, {card['head']} over {card['num_classes']} classes, "
-        f"{card['epochs']} epochs in {card['training_seconds']:.0f} s, "
-        f"weights {card['weights_sha256'][:12]}"
+        f"train: {args.version} ({card.method}, parent {card.parent}): {card.backbone} "
+        f"dim {card.dim}, {card.head} over {card.num_classes} classes, "
+        f"{card.epochs} epochs in {card.training_seconds:.0f} s, "
+        f"weights {card.weights_sha256[:12]}"
     )
     return 0
 

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         from compat.train.upgrade import UpgradeData, plan_upgrade, train_upgrade
 
         plan = plan_upgrade(args.version, cfg, args.models)  # every check before data loads
-        split = plan.new_card.get("split") or args.version
+        split = plan.new_card.split or args.version
         source = open_source(args.source)
         manifest = load_train_manifest(Path(args.splits) / f"{split}.json")
         if manifest.source_fingerprint != source.fingerprint:
@@ -70,16 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
-    m = card["metrics"]
+    m = card.metrics or {}
     without = m.get("val_cosine_without_upgrade")
     base = f" (without psi {without:.3f})" if isinstance(without, float) else ""
     val = m.get("val_cosine")
     val_text = f"{val:.3f}" if isinstance(val, float) else "n/a"
     print(
-        f"upgrade: psi {card['from']} -> {card['to']} ({card['in_dim']} -> {card['hidden']} x "
-        f"{card['blocks']} -> {card['out_dim']}, {card['loss']}) on {card['num_pairs']} pairs "
-        f"in {card['training_seconds']:.0f} s; held-out cosine {val_text}{base}; "
-        f"weights {card['weights_sha256'][:12]}"
+        f"upgrade: psi {card.from_} -> {card.to} ({card.in_dim} -> {card.hidden} x "
+        f"{card.blocks} -> {card.out_dim}, {card.loss}) on {card.num_pairs} pairs "
+        f"in {card.training_seconds:.0f} s; held-out cosine {val_text}{base}; "
+        f"weights {card.weights_sha256[:12]}"
     )
     return 0
 

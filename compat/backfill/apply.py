@@ -45,6 +45,7 @@ from compat.backfill.plan import (
 )
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.io import atomic_path, fingerprint, sha256_bytes, sha256_file, write_json
+from compat.models.card import UpgradeCard, check_upgrade, read_upgrade_card
 
 DEFAULT_BATCH = 8192
 STATE = "state.json"
@@ -90,28 +91,31 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _check_psi(card: dict[str, Any], source: str, target: str, dim: int | None, where: str) -> None:
-    if card["from"] != source or card["to"] != target:
-        raise BadInputError(
-            f"{where}: from/to: psi upgrades {card['from']} -> {card['to']}, "
-            f"not --from {source} -> --to {target}"
-        )
-    if dim is not None and int(card["in_dim"]) != dim:
-        raise BadInputError(
-            f"{where}: in_dim: psi takes {card['in_dim']}-dim rows, the gallery's rows have {dim}"
-        )
+def _check_psi(card: UpgradeCard, source: str, target: str, dim: int | None, where: str) -> None:
+    """psi must upgrade ``--from`` into ``--to`` and take the gallery's row width."""
+    check_upgrade(
+        card,
+        where,
+        source=source,
+        target=target,
+        wanted=f"not --from {source} -> --to {target}",
+        in_dim=dim,
+        rows_of="the gallery's rows",
+    )
 
 
-def _check_cache_key(meta: dict[str, Any], card: dict[str, Any], where: str) -> None:
+def _check_cache_key(meta: dict[str, Any], card: UpgradeCard, where: str, psi_where: str) -> None:
     """A gallery that came out of the embedding cache names the weights that made it."""
     key = meta.get("cache_key")
     made_by = key.get("weights_sha256") if isinstance(key, dict) else None
-    want = card.get("from_weights_sha256")
-    if made_by and want and made_by != want:
-        raise BadInputError(
-            f"{where}: meta.cache_key: rows were made by weights {made_by[:12]}..., but psi was "
-            f"fitted on {card['from']} weights {want[:12]}..."
-        )
+    check_upgrade(
+        card,
+        psi_where,
+        target=card.to,
+        from_weights=made_by if isinstance(made_by, str) else None,
+        weights_origin=f"the rows of {where} were made by (meta.cache_key)",
+        rerun="this psi does not apply to this gallery",
+    )
 
 
 class _Bar:
@@ -178,7 +182,7 @@ def backfill(
     """Upgrade ``gallery`` rows made by ``source`` into ``target`` with the psi in ``psi_dir``;
     write the result to ``out``. See the module docstring for the guarantees."""
     from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
-    from compat.models.upgrade import FoldedUpgrade, load_upgrade, read_upgrade_card
+    from compat.models.upgrade import FoldedUpgrade, load_upgrade
 
     say = log or (lambda msg: None)
     started = time.perf_counter()
@@ -209,10 +213,10 @@ def backfill(
     n_source = sum(v == source for v in versions)
     _check_psi(card, source, target, bundle.dim if n_source else None, psi_where)
     if n_source:
-        _check_cache_key(bundle.meta, card, where)
+        _check_cache_key(bundle.meta, card, where, psi_where)
     selection = select_rows(versions, source, target, fraction=fraction, order=order, seed=seed)
     rows = selection.rows
-    out_dim = int(card["out_dim"])
+    out_dim = card.out_dim
     left = n_source - len(rows)
     if out_dim != bundle.dim and selection.already:
         raise BadInputError(
@@ -228,7 +232,7 @@ def backfill(
     job = fingerprint(
         {
             "input_sha256": input_sha,
-            "psi_sha256": card["weights_sha256"],
+            "psi_sha256": card.weights_sha256,
             "rows": sha256_bytes(np.ascontiguousarray(rows, dtype=np.int64).tobytes()),
             "batch_size": batch_size,
             "assume_from": assume_from,
@@ -280,9 +284,9 @@ def backfill(
         {
             "from": source,
             "to": target,
-            "psi_weights_sha256": card["weights_sha256"],
-            "from_weights_sha256": card.get("from_weights_sha256"),
-            "to_weights_sha256": card.get("to_weights_sha256"),
+            "psi_weights_sha256": card.weights_sha256,
+            "from_weights_sha256": card.from_weights_sha256,
+            "to_weights_sha256": card.to_weights_sha256,
             "input_sha256": input_sha,
             "fraction": fraction,
             "order": order,
@@ -314,7 +318,7 @@ def backfill(
         remaining=n_source - len(rows),
         batches=n_batches,
         resumed_batches=len(done),
-        psi_weights_sha256=card["weights_sha256"],
+        psi_weights_sha256=card.weights_sha256,
         seconds=round(time.perf_counter() - started, 4),
     )
 

@@ -70,7 +70,8 @@ def embed_images(
     """L2-normalised float32 (n, d) embeddings of uint8 (n, H, W, C) ``images``.
 
     Runs in eval mode under ``torch.inference_mode`` and restores the model's train/eval mode
-    afterwards. ``device``: where to run (the model is moved there, as ``nn.Module.to`` does);
+    afterwards. (The training loop embeds with :func:`compat.models.parent.embed_images`, whose
+    input layout, and so whose last bits, differ; see there.) ``device``: where to run (the model is moved there, as ``nn.Module.to`` does);
     default: wherever the model's parameters are.
     """
     arr = np.asarray(images)

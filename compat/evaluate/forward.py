@@ -248,39 +248,6 @@ def write_forward(
     return written
 
 
-def upgraded_embeddings(
-    psi_dirs: Mapping[str, str | os.PathLike[str]],
-    embeddings: Mapping[str, np.ndarray],
-    cards: Mapping[str, Mapping[str, Any]] | None = None,
-) -> tuple[dict[str, tuple[str, np.ndarray]], dict[str, dict[str, Any]]]:
-    """Load each new version's psi, check it against the evaluated versions' cards (when given)
-    and upgrade its ``from`` version's matrix; returns (upgraded, provenance per new version)."""
-    from compat.errors import BadInputError
-    from compat.models.upgrade import load_upgrade, upgrade_array
-
-    upgraded: dict[str, tuple[str, np.ndarray]] = {}
-    info: dict[str, dict[str, Any]] = {}
-    for new, folder in psi_dirs.items():
-        psi, card = load_upgrade(folder)
-        old = card["from"]
-        where = f"{Path(folder) / 'card.json'}"
-        if card["to"] != new:
-            raise BadInputError(f"{where}: to: psi upgrades into {card['to']!r}, not {new!r}")
-        if old not in embeddings:
-            raise BadInputError(f"{where}: from: {old!r} was not embedded (add it to the chain)")
-        for role, version in (("from", old), ("to", new)):
-            made = (cards or {}).get(version, {}).get("weights_sha256")
-            fitted = card.get(f"{role}_weights_sha256")
-            if made and fitted and made != fitted:
-                raise BadInputError(
-                    f"{where}: {role}_weights_sha256: psi was fitted on other {version} weights "
-                    f"({fitted[:12]}..., evaluated {made[:12]}...); re-run upgrade@{new}"
-                )
-        upgraded[new] = (old, upgrade_array(psi, embeddings[old]))
-        info[new] = {"path": str(folder), "weights_sha256": card["weights_sha256"], "from": old}
-    return upgraded, info
-
-
 __all__ = [
     "TERMS",
     "backfill_order",
@@ -291,6 +258,5 @@ __all__ = [
     "plot_backfill",
     "psi_name",
     "upgrade_mask",
-    "upgraded_embeddings",
     "write_forward",
 ]

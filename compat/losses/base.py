@@ -28,6 +28,7 @@ from torch import nn
 
 from compat.config import format_validation_error
 from compat.errors import BadInputError
+from compat.models.card import ModelCard
 from compat.models.heads import Head
 from compat.models.parent import FrozenParent
 
@@ -81,15 +82,15 @@ class CompatLoss(nn.Module):
         self.params = params
 
     # -- before training -------------------------------------------------------------------
-    def check(self, parent_card: dict[str, Any] | None, *, head: str, dim: int) -> None:
+    def check(self, parent_card: ModelCard | None, *, head: str, dim: int) -> None:
         """Raise BadInputError (saying why) if this method cannot train against ``parent_card``."""
         if parent_card is None:
             if self.requires_parent:
                 raise BadInputError(f"method {self.name}: needs a parent version (set parent)")
             return
-        if self.needs_parent_head and not parent_card.get("head"):
+        if self.needs_parent_head and not parent_card.head:
             raise BadInputError(
-                f"method {self.name}: parent {parent_card.get('version', '?')} was saved without a "
+                f"method {self.name}: parent {parent_card.version or '?'} was saved without a "
                 "classifier head, and this method trains against the parent's classifier"
             )
 

@@ -19,13 +19,14 @@ alone, with weight 1.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from compat.errors import BadInputError
 from compat.losses.base import CompatLoss, MethodParams, Step
+from compat.models.card import ModelCard
 
 
 class HOCParams(MethodParams):
@@ -51,7 +52,7 @@ class HOC(CompatLoss):
     requires_parent = False
     needs_parent_forward = True
 
-    def check(self, parent_card: dict[str, Any] | None, *, head: str, dim: int) -> None:
+    def check(self, parent_card: ModelCard | None, *, head: str, dim: int) -> None:
         super().check(parent_card, head=head, dim=dim)
         if head != "dsimplex":
             raise BadInputError(
@@ -60,14 +61,14 @@ class HOC(CompatLoss):
             )
         if parent_card is None:
             return
-        if parent_card.get("head") != "dsimplex":
+        if parent_card.head != "dsimplex":
             raise BadInputError(
-                f"method hoc: parent {parent_card.get('version', '?')} was trained with head "
-                f"{parent_card.get('head')}, not dsimplex, so the two spaces share no fixed classifier"
+                f"method hoc: parent {parent_card.version or '?'} was trained with head "
+                f"{parent_card.head}, not dsimplex, so the two spaces share no fixed classifier"
             )
-        if int(parent_card["dim"]) != dim:
+        if parent_card.dim != dim:
             raise BadInputError(
-                f"method hoc: dim {dim} differs from the parent's {parent_card['dim']}; the "
+                f"method hoc: dim {dim} differs from the parent's {parent_card.dim}; the "
                 "d-Simplex (K = dim + 1 vertices) must be the same for both versions"
             )
 

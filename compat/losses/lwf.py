@@ -17,13 +17,13 @@ min(d_new, d_old) coordinates of the new embedding feed the copy (zero-padded wh
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 
 from compat.errors import BadInputError
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step, fit_width
 from compat.losses.bct_kd import kd_loss
+from compat.models.card import ModelCard
 from compat.models.heads import Head
 
 
@@ -45,11 +45,11 @@ class LwF(CompatLoss):
         self.old_head: Head | None = None  # trainable copy, created in prepare
         self.teacher: Head | None = None  # the parent's classifier, frozen
 
-    def check(self, parent_card: dict[str, Any] | None, *, head: str, dim: int) -> None:
+    def check(self, parent_card: ModelCard | None, *, head: str, dim: int) -> None:
         super().check(parent_card, head=head, dim=dim)
-        if parent_card is not None and self.init_from_parent and int(parent_card["dim"]) != dim:
+        if parent_card is not None and self.init_from_parent and parent_card.dim != dim:
             raise BadInputError(
-                f"method lwf: init_from_parent needs the parent's dim ({parent_card['dim']}), "
+                f"method lwf: init_from_parent needs the parent's dim ({parent_card.dim}), "
                 f"got dim {dim}; set method_params.init_from_parent: false to train from scratch"
             )
 

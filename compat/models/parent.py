@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compat.models.card import ModelCard
 from compat.models.heads import Head
 
 
@@ -79,7 +80,15 @@ def embed_images(
     channels_last: bool = False,
     cpu_bf16: bool = False,
 ) -> torch.Tensor:
-    """Embed uint8 (n, H, W, C) ``images`` in eval mode; returns float32 (n, dim) on ``device``."""
+    """Embed uint8 (n, H, W, C) ``images`` in eval mode; returns float32 (n, dim) on ``device``.
+
+    The training loop's embedder (tensors stay on the device, bf16 autocast, channels-last).
+    :func:`compat.embeddings.embed.embed_images` is the one evaluation, psi fitting and the
+    cache use; the two are kept apart because their numbers differ: this one makes the input
+    contiguous NCHW after the transfer, that one feeds the permuted (NHWC-strided) tensor, and
+    convolutions pick other kernels for the two layouts (a small-cnn's rows differ in the last
+    bits). Merging them would change either the trained weights or every cached embedding.
+    """
     device = torch.device(device)
     out = []
     with eval_mode(model), torch.inference_mode(), autocast_for(device, amp, cpu_bf16):
@@ -106,7 +115,7 @@ class FrozenParent:
         self,
         model: nn.Module,
         head: Head | None,
-        card: dict[str, Any],
+        card: ModelCard,
         device: torch.device | str = "cpu",
         amp: bool = True,
         channels_last: bool = False,
@@ -140,11 +149,11 @@ class FrozenParent:
 
     @property
     def dim(self) -> int:
-        return int(self.card["dim"])
+        return self.card.dim
 
     @property
     def classes(self) -> list[str]:
-        return list(self.card.get("classes", []))
+        return self.card.class_names
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Raw parent embeddings of a float model-input batch (float32, no autograd history)."""

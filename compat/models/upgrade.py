@@ -23,7 +23,6 @@ was fitted on and its own weights' sha256 (checked on every load).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +31,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compat.errors import BadInputError, NotFoundError
-from compat.io import atomic_path, sha256_bytes, write_json
+from compat.errors import BadInputError
+from compat.io import atomic_path, sha256_bytes
+from compat.models.card import (
+    CARD_SCHEMA,
+    UPGRADE_KIND,
+    UpgradeCard,
+    read_upgrade_card,
+    write_upgrade_card,
+)
 from compat.models.version import read_verified
 
 UPGRADE_DIR = "upgrade"
 WEIGHTS = "weights.safetensors"
-CARD = "card.json"
-CARD_KIND = "upgrade"
-CARD_SCHEMA = 1
 DEFAULT_HIDDEN = 256
 BICT_HIDDEN = 4096
 DEFAULT_BATCH = 8192
-
-_CARD_FIELDS = ("from", "to", "in_dim", "out_dim", "hidden", "blocks", "weights_sha256")
 
 
 class UpgradeModule(nn.Module):
@@ -147,8 +148,12 @@ def upgrade_folder(models_dir: str | Path, version: str) -> Path:
     return Path(models_dir) / version / UPGRADE_DIR
 
 
-def save_upgrade(out_dir: str | Path, psi: UpgradeModule, card: dict[str, Any]) -> dict[str, Any]:
-    """Write weights then card (each atomically); return the card with its digest and shape."""
+def save_upgrade(out_dir: str | Path, psi: UpgradeModule, fields: dict[str, Any]) -> UpgradeCard:
+    """Write weights then card (each atomically); return the card.
+
+    ``fields`` are the card's provenance (``from``, ``to``, data, metrics...); this sets the
+    kind, schema, psi's shape and its weights' digest, and checks the card before writing.
+    """
     from safetensors.torch import save
 
     out = Path(out_dir)
@@ -156,51 +161,33 @@ def save_upgrade(out_dir: str | Path, psi: UpgradeModule, card: dict[str, Any]) 
     # One metadata key only: safetensors writes metadata from a hash map whose order varies
     # between saves, and the digest must depend on the tensors alone.
     blob = save(state, metadata={"format": "pt"})
-    card = {
-        **card,
-        "kind": CARD_KIND,
-        "schema": CARD_SCHEMA,
-        "in_dim": psi.in_dim,
-        "out_dim": psi.out_dim,
-        "hidden": psi.hidden,
-        "blocks": psi.blocks,
-        "weights_sha256": sha256_bytes(blob),
-    }
+    card = UpgradeCard.model_validate(
+        {
+            **fields,
+            "kind": UPGRADE_KIND,
+            "schema": CARD_SCHEMA,
+            "in_dim": psi.in_dim,
+            "out_dim": psi.out_dim,
+            "hidden": psi.hidden,
+            "blocks": psi.blocks,
+            "weights_sha256": sha256_bytes(blob),
+        }
+    )
     with atomic_path(out / WEIGHTS) as tmp:
         tmp.write_bytes(blob)
-    write_json(out / CARD, card)  # last: a half-finished save has no card and is never loaded
+    write_upgrade_card(out, card)  # last: a half-finished save has no card and is never loaded
     return card
 
 
-def read_upgrade_card(path: str | Path) -> dict[str, Any]:
-    """Read and check ``<path>/card.json`` of an upgrade module."""
-    p = Path(path)
-    card_path = p / CARD if p.suffix != ".json" else p
-    if not card_path.is_file():
-        raise NotFoundError(f"{card_path}: upgrade module card not found")
-    try:
-        card = json.loads(card_path.read_text())
-    except json.JSONDecodeError as err:
-        raise BadInputError(f"{card_path}: not valid JSON: {err.msg}") from None
-    if not isinstance(card, dict) or card.get("kind") != CARD_KIND:
-        raise BadInputError(f"{card_path}: kind: not an upgrade module card")
-    missing = [f for f in _CARD_FIELDS if f not in card]
-    if missing:
-        raise BadInputError(f"{card_path}: missing fields {missing}")
-    return card
-
-
-def load_upgrade(path: str | Path) -> tuple[UpgradeModule, dict[str, Any]]:
+def load_upgrade(path: str | Path) -> tuple[UpgradeModule, UpgradeCard]:
     """(psi in eval mode, card) from an upgrade folder; the weights' sha256 must match the card."""
     from safetensors.torch import load
 
     folder = Path(path)
     card = read_upgrade_card(folder)
     weights = folder / WEIGHTS
-    blob = read_verified(weights, card["weights_sha256"], "upgrade module weights")
-    psi = UpgradeModule(
-        int(card["in_dim"]), int(card["out_dim"]), int(card["hidden"]), int(card["blocks"])
-    )
+    blob = read_verified(weights, card.weights_sha256, "upgrade module weights")
+    psi = UpgradeModule(card.in_dim, card.out_dim, card.hidden, card.blocks)
     try:
         psi.load_state_dict(load(blob), strict=True)
     except Exception as err:

@@ -8,7 +8,6 @@ weights are (architecture, head, classes, method, parent, data fingerprints) and
 
 from __future__ import annotations
 
-import json
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -18,14 +17,10 @@ import torch
 from torch import nn
 
 from compat.errors import BadInputError, NotFoundError
-from compat.io import atomic_path, sha256_bytes, write_json
+from compat.io import atomic_path, sha256_bytes
+from compat.models.card import CARD, CARD_SCHEMA, ModelCard, read_model_card, write_model_card
 
 WEIGHTS = "weights.safetensors"
-CARD = "card.json"
-CARD_SCHEMA = 1
-
-# Card fields :func:`build_model_from_card` needs; anything else is provenance.
-_ARCH_FIELDS = ("backbone", "dim", "in_channels", "image_size", "pooling")
 
 
 def package_versions() -> dict[str, str]:
@@ -47,40 +42,31 @@ def weights_state(model: nn.Module, head: nn.Module | None) -> dict[str, torch.T
 
 
 def save_version(
-    out_dir: str | Path, model: nn.Module, head: nn.Module | None, card: dict[str, Any]
-) -> dict[str, Any]:
-    """Write weights then card (each atomically); return the card with ``weights_sha256`` set.
+    out_dir: str | Path, model: nn.Module, head: nn.Module | None, fields: dict[str, Any]
+) -> ModelCard:
+    """Write weights then card (each atomically); return the card.
 
-    The card is written last, so a half-finished save leaves no card and is never loaded.
+    ``fields`` are the card's fields but ``schema`` and ``weights_sha256``, which this sets
+    (``packages`` defaults to the running versions). The card is checked before anything is
+    written and written last, so a half-finished save leaves no card and is never loaded.
     """
     from safetensors.torch import save
 
     out = Path(out_dir)
     blob = save(weights_state(model, head), metadata={"format": "pt"})
-    card = {**card, "schema": CARD_SCHEMA, "weights_sha256": sha256_bytes(blob)}
-    card.setdefault("packages", package_versions())
+    card = ModelCard.model_validate(
+        {"packages": package_versions(), **fields, "schema": CARD_SCHEMA,
+         "weights_sha256": sha256_bytes(blob)}
+    )  # fmt: skip
     with atomic_path(out / WEIGHTS) as tmp:
         tmp.write_bytes(blob)
-    write_json(out / CARD, card)
+    write_model_card(out, card)
     return card
 
 
-def read_card(path: str | Path) -> dict[str, Any]:
+def read_card(path: str | Path) -> ModelCard:
     """Read ``<path>/card.json`` (``path`` is the version folder or the card itself)."""
-    p = Path(path)
-    card_path = p / CARD if p.is_dir() or p.suffix != ".json" else p
-    if not card_path.is_file():
-        raise NotFoundError(f"{card_path}: model card not found")
-    try:
-        card = json.loads(card_path.read_text())
-    except json.JSONDecodeError as err:
-        raise BadInputError(f"{card_path}: not valid JSON: {err}") from None
-    if not isinstance(card, dict):
-        raise BadInputError(f"{card_path}: a model card must be a JSON object")
-    missing = [f for f in (*_ARCH_FIELDS, "weights_sha256") if f not in card]
-    if missing:
-        raise BadInputError(f"{card_path}: missing fields {missing}")
-    return card
+    return read_model_card(path)
 
 
 def read_verified(path: Path, expected_sha256: str, what: str) -> bytes:
@@ -97,14 +83,14 @@ def read_verified(path: Path, expected_sha256: str, what: str) -> bytes:
     return blob
 
 
-def read_weights(path: str | Path, card: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
+def read_weights(path: str | Path, card: ModelCard | None = None) -> dict[str, torch.Tensor]:
     """Load the weights tensors of a version folder after checking their sha256 against the card."""
     from safetensors.torch import load
 
     folder = Path(path)
     card = read_card(folder) if card is None else card
     weights_path = folder / WEIGHTS
-    blob = read_verified(weights_path, card["weights_sha256"], "weights")
+    blob = read_verified(weights_path, card.weights_sha256, "weights")
     try:
         return load(blob)
     except Exception as err:
@@ -115,26 +101,28 @@ def _sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
-def build_model_from_card(card: dict[str, Any]) -> nn.Module:
+def build_model_from_card(card: ModelCard) -> nn.Module:
+    """The (untrained) embedding model the card describes."""
     from compat.models.embedding import build_embedding_model
 
     return build_embedding_model(
-        card["backbone"],
-        int(card["dim"]),
-        in_channels=int(card["in_channels"]),
-        image_size=int(card["image_size"]),
-        pooling=card["pooling"],
+        card.backbone,
+        card.dim,
+        in_channels=card.in_channels,
+        image_size=card.image_size,
+        pooling=card.pooling,
     )
 
 
-def build_head_from_card(card: dict[str, Any]) -> nn.Module | None:
+def build_head_from_card(card: ModelCard) -> nn.Module | None:
+    """The (untrained) head the card describes; None when the version was saved without one."""
     from compat.models.heads import create_head
 
-    if not card.get("head"):
+    if not card.head:
         return None
-    return create_head(
-        card["head"], int(card["dim"]), int(card["num_classes"]), **card.get("head_params", {})
-    )
+    if card.num_classes is None:
+        raise BadInputError(f"{card.version or 'card'}: num_classes: missing for head {card.head}")
+    return create_head(card.head, card.dim, card.num_classes, **(card.head_params or {}))
 
 
 def _load_into(module: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
@@ -147,7 +135,7 @@ def _load_into(module: nn.Module, state: dict[str, torch.Tensor], where: str) ->
         ) from None
 
 
-def load_parts(path: str | Path) -> tuple[nn.Module, nn.Module | None, dict[str, Any]]:
+def load_parts(path: str | Path) -> tuple[nn.Module, nn.Module | None, ModelCard]:
     """(embedding model, head or None, card) of a version folder, both modules in eval mode."""
     folder = Path(path)
     if not folder.is_dir():
@@ -158,7 +146,7 @@ def load_parts(path: str | Path) -> tuple[nn.Module, nn.Module | None, dict[str,
     _load_into(model, _sub_state(tensors, "model."), f"{folder / WEIGHTS}: model")
     head = None
     head_state = _sub_state(tensors, "head.")
-    if head_state and card.get("head"):
+    if head_state and card.head:
         head = build_head_from_card(card)
         assert head is not None
         _load_into(head, head_state, f"{folder / WEIGHTS}: head")
@@ -166,7 +154,7 @@ def load_parts(path: str | Path) -> tuple[nn.Module, nn.Module | None, dict[str,
     return model.eval(), head, card
 
 
-def load_version(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+def load_version(path: str | Path) -> tuple[nn.Module, ModelCard]:
     """The version's EmbeddingModel (eval mode) and its card.
 
     ``model(x)`` on float (n, C, H, W) images in [-1, 1] returns raw (n, dim) embeddings;
@@ -177,7 +165,7 @@ def load_version(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     return model, card
 
 
-def load_head(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+def load_head(path: str | Path) -> tuple[nn.Module, ModelCard]:
     """The version's training head (eval mode) and its card; BadInputError if it has none."""
     _, head, card = load_parts(path)
     if head is None:

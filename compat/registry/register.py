@@ -16,50 +16,45 @@ from typing import Any
 
 from compat.errors import BadInputError, NotFoundError
 from compat.io import sha256_file
+from compat.models.card import EmbeddingsCard, ModelCard, read_model_card
 from compat.registry.store import VERSION_TAG, Registry, VersionRecord
 
-CARD_FIELDS = ("dim", "weights_sha256")
 
-
-def read_card_json(folder: Path) -> dict[str, Any]:
-    """The model card of a trained version (plain JSON: no torch import needed here)."""
+def read_card_json(folder: Path) -> ModelCard:
+    """The model card of a trained version (no torch import needed here)."""
     path = folder / "card.json"
     if not path.is_file():
         raise NotFoundError(
             f"{path}: model card not found (train the version first: dvc repro train@{folder.name})"
         )
-    try:
-        card = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise BadInputError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    missing = [f for f in CARD_FIELDS if f not in card]
-    if missing:
-        raise BadInputError(f"{path}: missing field(s) {missing}")
-    return card
+    return read_model_card(path)
 
 
-def version_tags(version: str, card: dict[str, Any], kind: str) -> dict[str, str]:
-    """The tags DESIGN.md names, read from a card."""
-    data = card.get("data") or {}
-    data_fp = (
-        data.get("train_fingerprint")
-        or data.get("source_fingerprint")
-        or card.get("data_fingerprint", "")
-    )
+def _data_tag(card: ModelCard | EmbeddingsCard) -> str:
+    """The ``compat.data`` tag: the fingerprint of the data a model version was trained on."""
+    if isinstance(card, EmbeddingsCard):
+        return ""  # its data is the evaluation set, which every version shares
+    data = card.data
+    recorded = (data.train_fingerprint or data.source_fingerprint) if data is not None else None
+    return recorded or card.data_fingerprint or ""
+
+
+def version_tags(version: str, card: ModelCard | EmbeddingsCard, kind: str) -> dict[str, str]:
+    """The ``compat.*`` tags of a newly registered version, read from its card."""
     return {
         VERSION_TAG: version,
-        "compat.parent": card.get("parent") or "",
-        "compat.dim": str(card["dim"]),
-        "compat.head": card.get("head") or "",
-        "compat.method": card.get("method") or "",
-        "compat.data": str(data_fp),
+        "compat.parent": card.parent or "",
+        "compat.dim": str(card.dim),
+        "compat.head": card.head or "",
+        "compat.method": card.method or "",
+        "compat.data": _data_tag(card),
         "compat.status": "candidate",
         "compat.kind": kind,
-        "compat.weights_sha256": card["weights_sha256"],
+        "compat.weights_sha256": card.weights_sha256,
     }
 
 
-def _flat_params(card: dict[str, Any]) -> dict[str, str]:
+def _flat_params(card: ModelCard | EmbeddingsCard) -> dict[str, str]:
     """Card entries as MLflow params (scalars only; nested dicts flattened with dots)."""
     out: dict[str, str] = {}
 
@@ -70,7 +65,7 @@ def _flat_params(card: dict[str, Any]) -> dict[str, str]:
         elif isinstance(value, (str, int, float, bool)) or value is None:
             out[prefix] = str(value)[:500]
 
-    walk("", {k: v for k, v in card.items() if k not in ("classes", "packages")})
+    walk("", {k: v for k, v in card.to_json().items() if k not in ("classes", "packages")})
     return out
 
 
@@ -107,7 +102,7 @@ def register(
         weights = folder / "weights.safetensors"
         if not weights.is_file():
             raise NotFoundError(f"{weights}: weights not found")
-        if sha256_file(weights) != card["weights_sha256"]:
+        if sha256_file(weights) != card.weights_sha256:
             raise BadInputError(
                 f"{weights}: sha256 does not match {folder / 'card.json'} weights_sha256"
             )
@@ -120,7 +115,7 @@ def register(
 
     existing = reg.find(version)
     if existing is not None:
-        if existing.tags.get("compat.weights_sha256") == card["weights_sha256"]:
+        if existing.tags.get("compat.weights_sha256") == card.weights_sha256:
             return existing, False
         raise BadInputError(
             f"version {version!r} is already registered (MLflow version {existing.mlflow_version}) with other "
@@ -154,7 +149,7 @@ def register(
 
 def _card_from_embeddings(
     version: str, bundle: Path, contract_path: Path
-) -> tuple[dict[str, Any], dict[str, list[Path]], str]:
+) -> tuple[EmbeddingsCard, dict[str, list[Path]], str]:
     """A card for a version known only by its embeddings of the evaluation set."""
     from compat.contracts.schema import load_contract
     from compat.embeddings.bundle import load_bundle
@@ -172,16 +167,15 @@ def _card_from_embeddings(
         )
     if b.version is not None and b.version != version:
         raise BadInputError(f"{bundle}: version: the bundle says {b.version!r}, not {version!r}")
-    card = {
-        "version": version,
-        "dim": dim,
-        "head": contract.head,
-        "parent": contract.parent,
-        "method": "external",
-        "source": "embeddings",
-        "data": {"eval_fingerprint": b.fingerprint},
-        "weights_sha256": sha256_file(bundle),
-    }
-    tmp = Path(tempfile.mkdtemp(prefix="compat-card-"))
-    (tmp / "card.json").write_text(json.dumps(card, indent=2, sort_keys=True))
-    return card, {"model": [tmp / "card.json"], "embeddings": [bundle]}, "embeddings"
+    card = EmbeddingsCard(
+        version=version,
+        dim=dim,
+        head=contract.head,
+        parent=contract.parent,
+        method="external",
+        source="embeddings",
+        data={"eval_fingerprint": b.fingerprint},
+        weights_sha256=sha256_file(bundle),
+    )
+    path = card.write(Path(tempfile.mkdtemp(prefix="compat-card-")))
+    return card, {"model": [path], "embeddings": [bundle]}, "embeddings"

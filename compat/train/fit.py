@@ -11,11 +11,9 @@ its last per-epoch checkpoint ends with bit-identical weights.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from compat.train.checkpoint import (
     unflatten_optimizer,
 )
 from compat.train.config import TrainConfig
+from compat.train.device import determinism, resolve_device
 from compat.train.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown
 from compat.train.progress import Reporter, log_mlflow, write_metrics
 from compat.train.schedule import lr_factor
@@ -81,37 +80,6 @@ class FitResult:
     steps: int = 0
     resumed_from_epoch: int | None = None
     device: str = "cpu"
-
-
-def resolve_device(pref: str) -> torch.device:
-    """``auto``: CUDA when present (this process's LOCAL_RANK device under torchrun), else CPU."""
-    if pref == "cuda" or (pref == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise BadInputError("device: cuda requested but no CUDA device is available")
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
-
-
-@contextlib.contextmanager
-def _determinism(enabled: bool, device: torch.device) -> Iterator[None]:
-    """Deterministic algorithms on the CPU for the duration of a run (restored afterwards)."""
-    if not enabled or device.type != "cpu":
-        yield
-        return
-    import torch.utils.deterministic as det
-
-    before = torch.are_deterministic_algorithms_enabled()
-    before_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    before_fill = det.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    # Deterministic mode also fills every new allocation with NaN (a debugging aid that costs
-    # memory bandwidth on every activation, a few percent of a CPU step); results do not need it.
-    det.fill_uninitialized_memory = False
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before, warn_only=before_warn)
-        det.fill_uninitialized_memory = before_fill
 
 
 def build_optimizer(
@@ -183,7 +151,7 @@ def fit(
             ckpt_dir=Path(checkpoint_dir) if checkpoint_dir is not None and cfg.checkpoint else None,
             run_fingerprint=run_fingerprint,
         )  # fmt: skip
-        with _determinism(cfg.deterministic, run.device):
+        with determinism(cfg.deterministic, run.device):
             run.prepare()
             show = progress if info.is_main else False
             with Reporter(cfg.epochs, show, quiet or not info.is_main) as reporter:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from compat.errors import BadInputError
+from compat.models.card import ModelCard
 from compat.models.heads import DSimplex, Head, LearnedMarginHead, Softmax
 from compat.train.config import TrainConfig
 
@@ -29,7 +30,7 @@ from compat.train.config import TrainConfig
 _SAME = ("backbone", "pooling", "dim", "head")
 
 
-def check_init(version: str, cfg: TrainConfig, parent_card: dict[str, Any] | None) -> None:
+def check_init(version: str, cfg: TrainConfig, parent_card: ModelCard | None) -> None:
     """Raise BadInputError (naming the field) if ``cfg.init`` cannot start from ``parent_card``."""
     if cfg.init == "scratch":
         return
@@ -40,11 +41,9 @@ def check_init(version: str, cfg: TrainConfig, parent_card: dict[str, Any] | Non
         raise BadInputError(
             f"{where}: parent and backbone_weights both initialise the backbone; keep one"
         )
-    parent = parent_card.get("version", cfg.parent)
+    parent = parent_card.version or cfg.parent
     for key in _SAME:
-        theirs, ours = parent_card.get(key), getattr(cfg, key)
-        if key == "dim" and theirs is not None:
-            theirs = int(theirs)
+        theirs, ours = getattr(parent_card, key), getattr(cfg, key)
         if theirs != ours:
             raise BadInputError(
                 f"{where}: parent: {parent} has {key} {theirs!r}, this version {ours!r}; "
@@ -91,7 +90,7 @@ def init_from_parent(
     parent_model: nn.Module,
     parent_head: Head | None,
     classes: Sequence[str],
-    parent_card: dict[str, Any],
+    parent_card: ModelCard,
 ) -> dict[str, Any]:
     """Load the parent's model weights into ``model`` and its head rows into ``head``.
 
@@ -105,14 +104,14 @@ def init_from_parent(
         raise BadInputError(f"init: parent: the parent's weights do not fit: {first}") from None
     if parent_head is None:
         raise BadInputError(
-            f"init: parent: {parent_card.get('version', 'the parent')} was saved without its "
+            f"init: parent: {parent_card.version or 'the parent'} was saved without its "
             f"{head.name} head, so its classifier rows cannot be carried over"
         )
-    copied, fresh = copy_head_rows(head, parent_head, classes, parent_card.get("classes", []))
+    copied, fresh = copy_head_rows(head, parent_head, classes, parent_card.class_names)
     return {
         "kind": "parent",
-        "parent": parent_card.get("version"),
-        "parent_weights_sha256": parent_card.get("weights_sha256"),
+        "parent": parent_card.version,
+        "parent_weights_sha256": parent_card.weights_sha256,
         "head_rows_copied": copied,
         "head_rows_new": fresh,
     }

@@ -27,6 +27,7 @@ import torch
 
 from compat.errors import BadInputError, NotFoundError
 from compat.io import fingerprint
+from compat.models.card import ModelCard, read_model_card
 from compat.train.config import TrainConfig
 from compat.train.init import check_init
 
@@ -66,15 +67,15 @@ def derive_seed(seed: int, version: str) -> int:
     return int(digest[:8], 16) & 0x7FFFFFFF
 
 
-def class_order(classes: Sequence[str], head: str, parent_card: dict[str, Any] | None) -> list[str]:
+def class_order(classes: Sequence[str], head: str, parent_card: ModelCard | None) -> list[str]:
     """The head's class order: the manifest's, except that a dsimplex head extends its parent's.
 
     A d-Simplex vertex is a class's identity across versions, so classes the parent knew keep
     their vertex (index) and new classes take the next free ones, in sorted order.
     """
-    if head != "dsimplex" or parent_card is None or parent_card.get("head") != "dsimplex":
+    if head != "dsimplex" or parent_card is None or parent_card.head != "dsimplex":
         return list(classes)
-    inherited = list(parent_card.get("classes", []))
+    inherited = parent_card.class_names
     known = set(inherited)
     return inherited + sorted(c for c in classes if c not in known)
 
@@ -103,14 +104,13 @@ class Plan:
     cfg: TrainConfig
     version: str
     loss: Any
-    parent_card: dict[str, Any] | None
+    parent_card: ModelCard | None
     parent_dir: Path | None
 
 
 def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
     """Validate names, method params and the parent; raise before any data or weights load."""
     from compat.losses import create_loss
-    from compat.models.version import read_card
 
     _check_names(cfg)
     loss = create_loss(cfg.method, cfg.method_params)
@@ -119,16 +119,16 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
         if cfg.parent == version:
             raise BadInputError(f"train.{version}.parent: a version cannot be its own parent")
         parent_dir = _parent_folder(models_dir, cfg.parent)
-        parent_card = read_card(parent_dir)
-        parent_card.setdefault("version", cfg.parent)
+        parent_card = read_model_card(parent_dir).named(cfg.parent)
     loss.check(parent_card, head=cfg.head, dim=cfg.dim)
     check_init(version, cfg, parent_card)
     if loss.init_from_parent and parent_card is not None:
         for key in ("backbone", "pooling"):
-            if parent_card.get(key) != getattr(cfg, key):
+            theirs = getattr(parent_card, key)
+            if theirs != getattr(cfg, key):
                 raise BadInputError(
                     f"method {cfg.method}: init_from_parent needs the parent's {key} "
-                    f"({parent_card.get(key)}), got {getattr(cfg, key)}"
+                    f"({theirs}), got {getattr(cfg, key)}"
                 )
     return Plan(cfg, version, loss, parent_card, parent_dir)
 
@@ -148,15 +148,17 @@ def train_arrays(
     quiet: bool = False,
     on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None,
     plan: Plan | None = None,
-) -> dict[str, Any]:
+) -> ModelCard | None:
     """Train ``version`` on uint8 (N, H, W, C) ``images`` with class-name ``labels``; write
-    ``<out_dir>/weights.safetensors``, ``card.json`` and ``train_metrics.json``; return the card."""
+    ``<out_dir>/weights.safetensors``, ``card.json`` and ``train_metrics.json``; return the card (None on a torchrun worker other
+    than rank 0, which writes nothing)."""
     from compat.data.transforms import TRANSFORM_ID
     from compat.models.embedding import build_embedding_model
     from compat.models.heads import create_head
     from compat.models.parent import FrozenParent
-    from compat.models.version import package_versions, save_version
-    from compat.train.fit import fit, resolve_device
+    from compat.models.version import save_version
+    from compat.train.device import resolve_device
+    from compat.train.fit import fit
 
     models_dir = Path(models_dir)
     out = Path(out_dir) if out_dir is not None else models_dir / version
@@ -204,10 +206,10 @@ def train_arrays(
                 f"{plan.parent_dir / 'weights.safetensors'}: has no head.* tensors, and method "
                 f"{cfg.method} trains against the parent's classifier"
             )
-        if (int(parent.card["in_channels"]), int(parent.card["image_size"])) != (channels, h):
+        if (parent.card.in_channels, parent.card.image_size) != (channels, h):
             raise BadInputError(
-                f"parent {cfg.parent} was trained on {parent.card['image_size']} px images with "
-                f"{parent.card['in_channels']} channels; these are {h} px with {channels}"
+                f"parent {cfg.parent} was trained on {parent.card.image_size} px images with "
+                f"{parent.card.in_channels} channels; these are {h} px with {channels}"
             )
     init: dict[str, Any] = {"kind": "scratch"}
     if parent is not None and loss.init_from_parent and cfg.init == "scratch":
@@ -224,7 +226,7 @@ def train_arrays(
             "data": data.data_fingerprint,
             "source": data.source_fingerprint,
             "n": int(n),
-            "parent": None if parent_card is None else parent_card["weights_sha256"],
+            "parent": None if parent_card is None else parent_card.weights_sha256,
             "world": int(os.environ.get("WORLD_SIZE", "1")),
         }
     )
@@ -250,7 +252,8 @@ def train_arrays(
         on_epoch_end=on_epoch_end,
     )
     wall = time.perf_counter() - started
-    card: dict[str, Any] = {
+    # Every field but schema and weights_sha256, which save_version adds with the weights.
+    fields: dict[str, Any] = {
         "version": version,
         "backbone": cfg.backbone,
         "pooling": cfg.pooling,
@@ -264,7 +267,7 @@ def train_arrays(
         "classes": classes,
         **loss.describe(),
         "parent": cfg.parent,
-        "parent_weights_sha256": None if parent_card is None else parent_card["weights_sha256"],
+        "parent_weights_sha256": None if parent_card is None else parent_card.weights_sha256,
         "init": init,
         "split": data.split,
         "data_fingerprint": data.data_fingerprint,
@@ -284,16 +287,16 @@ def train_arrays(
         "device": result.device,
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "config": cfg.model_dump(mode="json"),
-        "packages": package_versions(),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    if int(os.environ.get("RANK", "0")) == 0:
-        from compat.train.progress import write_metrics
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None  # a torchrun worker other than rank 0 writes nothing
+    from compat.train.progress import write_metrics
 
-        write_metrics(out / METRICS, result.metrics)
-        card = save_version(out, result.model, result.head, card)
-        if not keep_checkpoint and ckpt.is_dir():
-            shutil.rmtree(ckpt, ignore_errors=True)
+    write_metrics(out / METRICS, result.metrics)
+    card = save_version(out, result.model, result.head, fields)
+    if not keep_checkpoint and ckpt.is_dir():
+        shutil.rmtree(ckpt, ignore_errors=True)
     return card
 
 
@@ -310,8 +313,8 @@ def _init_from_parent(
 
     assert plan.parent_dir is not None and plan.parent_card is not None
     parent_model, parent_head, card = load_parts(plan.parent_dir)
-    card.setdefault("version", plan.cfg.parent)
-    theirs = (int(card["in_channels"]), int(card["image_size"]))
+    card = card.named(plan.cfg.parent)
+    theirs = (card.in_channels, card.image_size)
     if theirs != channels_size:
         raise BadInputError(
             f"train.{plan.version}.init: parent {plan.cfg.parent} was trained on {theirs[1]} px "
@@ -331,7 +334,7 @@ def train_version(
     checkpoint_dir: str | Path | None = None,
     progress: bool | None = None,
     quiet: bool = False,
-) -> dict[str, Any]:
+) -> ModelCard | None:
     """Train ``version`` on the manifest's items, loaded from ``source``; see :func:`train_arrays`."""
     plan = plan_run(version, cfg, Path(models_dir))
     if manifest.source_fingerprint != source.fingerprint:

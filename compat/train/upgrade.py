@@ -18,9 +18,7 @@ seeded shuffling).
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from compat.errors import BadInputError, NotFoundError
+from compat.models.card import ModelCard, UpgradeCard, read_model_card
 from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_folder
+from compat.train.device import determinism, resolve_device
 from compat.train.upgrade_config import UpgradeConfig
 
 METRICS = "metrics.json"
@@ -54,8 +54,8 @@ class UpgradePlan:
     source: str  # the version psi upgrades from
     new_dir: Path
     parent_dir: Path
-    new_card: dict[str, Any]
-    parent_card: dict[str, Any]
+    new_card: ModelCard
+    parent_card: ModelCard
 
 
 @dataclass
@@ -68,12 +68,10 @@ class UpgradeFit:
 
 def plan_upgrade(version: str, cfg: UpgradeConfig, models_dir: str | Path) -> UpgradePlan:
     """Find both versions' cards and check they can be paired; raise before loading anything."""
-    from compat.models.version import read_card
-
     models = Path(models_dir)
     new_dir = models / version
-    new_card = read_card(new_dir)
-    source = cfg.from_ or new_card.get("parent")
+    new_card = read_model_card(new_dir)
+    source = cfg.from_ or new_card.parent
     if not source:
         raise BadInputError(
             f"upgrade.{version}.from: {version} has no parent in its card; name the version "
@@ -84,12 +82,13 @@ def plan_upgrade(version: str, cfg: UpgradeConfig, models_dir: str | Path) -> Up
     parent_dir = models / source
     if not (parent_dir / "card.json").is_file():
         raise NotFoundError(f"{parent_dir}: version {source!r} not found (no card.json)")
-    parent_card = read_card(parent_dir)
+    parent_card = read_model_card(parent_dir)
     for key in ("in_channels", "image_size"):
-        if int(parent_card[key]) != int(new_card[key]):
+        theirs, ours = getattr(parent_card, key), getattr(new_card, key)
+        if theirs != ours:
             raise BadInputError(
-                f"{parent_dir / 'card.json'}: {key}: {source} takes {parent_card[key]}, "
-                f"{version} takes {new_card[key]}; psi pairs embeddings of the same images"
+                f"{parent_dir / 'card.json'}: {key}: {source} takes {theirs}, "
+                f"{version} takes {ours}; psi pairs embeddings of the same images"
             )
     return UpgradePlan(version, source, new_dir, parent_dir, new_card, parent_card)
 
@@ -119,28 +118,6 @@ def upgrade_loss(out: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Te
     raise BadInputError(f"upgrade: loss: unknown {kind!r}; known: mse, cosine")
 
 
-@contextlib.contextmanager
-def _determinism(device: torch.device) -> Iterator[None]:
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.are_deterministic_algorithms_enabled()
-    before_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before, warn_only=before_warn)
-
-
-def _resolve_device(pref: str) -> torch.device:
-    if pref == "cuda" or (pref == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise BadInputError("upgrade: device: cuda requested but no CUDA device is available")
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
 def _mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(F.cosine_similarity(a, b, dim=1).mean()) if len(a) else float("nan")
 
@@ -167,7 +144,7 @@ def fit_upgrade(
     if not (torch.isfinite(o).all() and torch.isfinite(t).all()):
         raise BadInputError("upgrade: pairs: NaN or inf in the embeddings")
     seed = cfg.seed if seed is None else seed
-    device = _resolve_device(cfg.device)
+    device = resolve_device(cfg.device, "upgrade: device")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
@@ -189,7 +166,7 @@ def fit_upgrade(
     steps = n // bs + (1 if n % bs >= 2 else 0)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
-    with _determinism(device), Reporter(cfg.epochs, progress, quiet) as rep:
+    with determinism(True, device), Reporter(cfg.epochs, progress, quiet) as rep:
         for epoch in range(cfg.epochs):
             rep.start_epoch(epoch, steps)
             psi.train()
@@ -254,7 +231,7 @@ def train_upgrade(
     plan: UpgradePlan | None = None,
     progress: bool | None = None,
     quiet: bool = False,
-) -> dict[str, Any]:
+) -> UpgradeCard:
     """Fit psi from ``plan.source`` into ``version`` on uint8 (n, H, W, C) ``images`` (the new
     version's training images); write ``<out_dir>/{weights.safetensors,card.json,metrics.json}``
     (default ``models/<version>/upgrade/``) and return the card."""
@@ -264,7 +241,7 @@ def train_upgrade(
     from compat.train.run import derive_seed
 
     plan = plan or plan_upgrade(version, cfg, models_dir)
-    trained_on = plan.new_card.get("data_fingerprint")
+    trained_on = plan.new_card.data_fingerprint
     if trained_on and trained_on != data.data_fingerprint:
         raise BadInputError(
             f"splits/{data.split}.json: fingerprint {data.data_fingerprint}, but {version} was "
@@ -275,7 +252,7 @@ def train_upgrade(
         raise BadInputError(
             f"images: expected uint8 (n >= 2, H, W, C), got {arr.dtype} {tuple(arr.shape)}"
         )
-    device = _resolve_device(cfg.device)
+    device = resolve_device(cfg.device, "upgrade: device")
     parent_model, parent_card = load_version(plan.parent_dir)
     new_model, new_card = load_version(plan.new_dir)
     old_emb, new_emb = embedding_pairs(
@@ -286,19 +263,20 @@ def train_upgrade(
     fit = fit_upgrade(old_emb, new_emb, cfg, seed=seed, progress=progress, quiet=quiet)
 
     out = Path(out_dir) if out_dir is not None else upgrade_folder(models_dir, version)
-    card: dict[str, Any] = {
+    # Every field but psi's shape, kind, schema and digest, which save_upgrade adds.
+    fields: dict[str, Any] = {
         "from": plan.source,
         "to": version,
-        "from_weights_sha256": parent_card["weights_sha256"],
-        "to_weights_sha256": new_card["weights_sha256"],
+        "from_weights_sha256": parent_card.weights_sha256,
+        "to_weights_sha256": new_card.weights_sha256,
         "loss": cfg.loss,
         "split": data.split,
         "data_fingerprint": data.data_fingerprint,
         "source_fingerprint": data.source_fingerprint,
         "pairs_fingerprint": fingerprint(
             {
-                "from": parent_card["weights_sha256"],
-                "to": new_card["weights_sha256"],
+                "from": parent_card.weights_sha256,
+                "to": new_card.weights_sha256,
                 "data": data.data_fingerprint,
                 "source": data.source_fingerprint,
                 "transform": TRANSFORM_ID,
@@ -317,7 +295,7 @@ def train_upgrade(
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(out / METRICS, {"epochs": fit.rows, "summary": fit.summary})
-    return save_upgrade(out, fit.psi, card)
+    return save_upgrade(out, fit.psi, fields)
 
 
 __all__ = [

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shlex
 import sys
@@ -31,17 +30,15 @@ from typing import Any
 
 import yaml
 
+from compat.models.card import ModelCard, read_model_card
+
 CRITERION = {"protocol": "identification", "metric": "top1", "require": "cross > self_parent"}
 
 
-def contract_for(version: str, card: dict[str, Any], ancestors: list[str]) -> dict[str, Any]:
+def contract_for(version: str, card: ModelCard, ancestors: list[str]) -> dict[str, Any]:
     """The contract of ``version``: its card's facts, the criterion, every older ancestor."""
-    out: dict[str, Any] = {
-        "version": version,
-        "embedding_dim": int(card["dim"]),
-        "head": card["head"],
-    }
-    parent = card.get("parent")
+    out: dict[str, Any] = {"version": version, "embedding_dim": card.dim, "head": card.head}
+    parent = card.parent
     if parent:
         out["parent"] = parent
         out["criteria"] = [dict(CRITERION)]
@@ -55,10 +52,10 @@ def write_contracts(chain: list[str], models: Path, contracts: Path) -> list[Pat
     contracts.mkdir(parents=True, exist_ok=True)
     written = []
     for k, version in enumerate(chain):
-        card = json.loads((models / version / "card.json").read_text(encoding="utf-8"))
-        if k and card.get("parent") != chain[k - 1]:
+        card = read_model_card(models / version)
+        if k and card.parent != chain[k - 1]:
             raise SystemExit(
-                f"error: {version}: card parent {card.get('parent')!r}, chain says {chain[k - 1]!r}"
+                f"error: {version}: card parent {card.parent!r}, chain says {chain[k - 1]!r}"
             )
         path = contracts / f"{version}.yaml"
         path.write_text(yaml.safe_dump(contract_for(version, card, chain[:k]), sort_keys=False))

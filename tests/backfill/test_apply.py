@@ -35,7 +35,7 @@ def test_full_backfill_upgrades_every_row_and_keeps_the_input(psi_and_gallery):
     assert out.ids == before.ids and out.labels.tolist() == before.labels.tolist()
     assert out.fingerprint == before.fingerprint
     (entry,) = out.meta["backfill"]
-    assert entry["psi_weights_sha256"] == card["weights_sha256"] and entry["upgraded"] == 50
+    assert entry["psi_weights_sha256"] == card.weights_sha256 and entry["upgraded"] == 50
     assert sha256_file(root / "g.npz") == digest  # the input is never modified
     assert not work_dir_for(root / "g2.npz").exists()
 

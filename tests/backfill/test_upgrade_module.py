@@ -50,8 +50,8 @@ def test_save_load_round_trip_and_tamper_check(tmp_path, kit):
     folder = upgrade_folder(tmp_path / "models", "v2")
     assert folder == tmp_path / "models" / "v2" / "upgrade"
     psi, card = kit.make_psi(folder, in_dim=8, out_dim=4, hidden=16)
-    assert card["kind"] == "upgrade" and (card["in_dim"], card["out_dim"]) == (8, 4)
-    assert card["from"] == "v1" and card["to"] == "v2" and len(card["weights_sha256"]) == 64
+    assert card.kind == "upgrade" and (card.in_dim, card.out_dim) == (8, 4)
+    assert card.from_ == "v1" and card.to == "v2" and len(card.weights_sha256) == 64
     loaded, card2 = load_upgrade(folder)
     assert card2 == card and not loaded.training
     x = torch.randn(4, 8)
@@ -72,5 +72,5 @@ def test_card_errors(tmp_path):
     with pytest.raises(BadInputError, match="not an upgrade module card"):
         read_upgrade_card(tmp_path)
     (tmp_path / "card.json").write_text(json.dumps({"kind": "upgrade", "from": "v1"}))
-    with pytest.raises(BadInputError, match="missing fields"):
+    with pytest.raises(BadInputError, match=r"card\.json: to: missing field$"):
         read_upgrade_card(tmp_path)

@@ -86,8 +86,8 @@ def test_stage_fits_psi_and_writes_its_card(in_tmp, capsys):
     folder = in_tmp / "models" / "v2" / "upgrade"
     card = json.loads((folder / "card.json").read_text())
     assert card["from"] == "v1" and card["to"] == "v2"  # from defaults to the card's parent
-    assert card["from_weights_sha256"] == cards["v1"]["weights_sha256"]
-    assert card["to_weights_sha256"] == cards["v2"]["weights_sha256"]
+    assert card["from_weights_sha256"] == cards["v1"].weights_sha256
+    assert card["to_weights_sha256"] == cards["v2"].weights_sha256
     assert card["data_fingerprint"] == cards["manifest"].fingerprint
     assert card["split"] == "v2" and card["num_pairs"] == 24 and card["config"]["from"] is None
     assert (card["in_dim"], card["out_dim"], card["hidden"], card["blocks"]) == (6, 8, 16, 3)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from compat.embeddings.cache import EmbeddingCache
+from compat.errors import BadInputError
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.report import evaluate_chain, flat_metrics, write_report
 from compat.evaluate.runner import data_fingerprint, run_evaluation
@@ -160,7 +161,7 @@ def test_runner_embeds_once_then_reads_the_cache(tmp_path):
         return images[[position[i] for i in ids]]
 
     models = {v: _Fixed(np.pad(e, ((0, 256 - n), (0, 0)))) for v, e in emb.items()}
-    cards = {v: {"weights_sha256": f"sha-{v}"} for v in emb}
+    cards = {v: SimpleNamespace(weights_sha256=f"sha-{v}") for v in emb}
     cfg = EvaluateConfig(chain=["v1", "v2"], paragon={"v2": "v2p"}, bootstrap=20, batch_size=64)
 
     def load_model(v):
@@ -177,7 +178,7 @@ def test_runner_embeds_once_then_reads_the_cache(tmp_path):
     again = run_evaluation(cfg, manifest, load_images, "src", load_model, tmp_path / "cache")
     assert again["matrix"] == rep["matrix"] and all(m.calls == 0 for m in models.values())
     # New weights (another sha256) are embedded again, never served from the old entry.
-    cards["v1"] = {"weights_sha256": "sha-v1-retrained"}
+    cards["v1"] = SimpleNamespace(weights_sha256="sha-v1-retrained")
     run_evaluation(cfg, manifest, load_images, "src", load_model, tmp_path / "cache")
     assert models["v1"].calls > 0 and models["v2"].calls == 0
     # Other pixels (source fingerprint) likewise.
@@ -186,3 +187,34 @@ def test_runner_embeds_once_then_reads_the_cache(tmp_path):
     assert models["v2"].calls > 0
     cache = EmbeddingCache(tmp_path / "cache")
     assert len(list(cache.root.glob("*.npz"))) == 7
+
+
+def test_runner_with_weights_of_loads_a_model_only_on_a_cache_miss(tmp_path):
+    manifest, emb = synthetic(n_classes=30, per=6)
+    n = len(manifest.items)
+    images = np.zeros((n, 2, 2, 1), np.uint8)
+    images[:, 0, 0, 0] = np.arange(n)
+    position = {item: k for k, item in enumerate(manifest.items)}
+    models = {v: _Fixed(np.pad(e, ((0, 256 - n), (0, 0)))) for v, e in emb.items()}
+    shas = {v: f"sha-{v}" for v in emb}
+    loaded: list[str] = []
+
+    def load_model(v):
+        loaded.append(v)
+        return models[v], SimpleNamespace(weights_sha256=shas[v])
+
+    cfg = EvaluateConfig(chain=["v1", "v2"], paragon={"v2": "v2p"}, bootstrap=0, batch_size=64)
+    run = lambda: run_evaluation(  # noqa: E731
+        cfg, manifest, lambda ids: images[[position[i] for i in ids]], "src", load_model,
+        tmp_path / "cache", weights_of=shas.__getitem__,
+    )  # fmt: skip
+    first = run()
+    assert sorted(loaded) == ["v1", "v2", "v2p"]
+    loaded.clear()
+    assert run()["matrix"] == first["matrix"] and loaded == []  # every version from the cache
+    shas["v2"] = "sha-v2-retrained"
+    run()
+    assert loaded == ["v2"]
+    shas["v1"] = ""
+    with pytest.raises(BadInputError, match="v1: card: weights_sha256: missing or empty"):
+        run()

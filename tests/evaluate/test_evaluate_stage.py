@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ def project(tmp_path, monkeypatch):
         loads.append(version)
         torch.manual_seed({"v1": 1, "v2": 2, "v2p": 3}[version])
         model = nn.Sequential(nn.Flatten(), nn.Linear(64, 6))
-        return model.eval(), {"weights_sha256": f"sha-{version}"}
+        return model.eval(), SimpleNamespace(weights_sha256=f"sha-{version}")
 
     monkeypatch.setattr(compat.models, "load_version", fake_load_version)
     return tmp_path, loads

@@ -152,7 +152,7 @@ def test_runner_adds_the_forward_section_only_when_configured(tmp_path):
     images[:, 0, 0, 0] = np.arange(n)
     pos = {item: k for k, item in enumerate(manifest.items)}
     models = {v: _Fixed(np.pad(e, ((0, 256 - n), (0, 0)))) for v, e in emb.items()}
-    cards = {v: {"weights_sha256": f"sha-{v}"} for v in emb}
+    cards = {v: SimpleNamespace(weights_sha256=f"sha-{v}") for v in emb}
     torch.manual_seed(0)
     psi_card = save_upgrade(
         tmp_path / "psi", UpgradeModule(16, 16, 8).eval(),
@@ -177,7 +177,7 @@ def test_runner_adds_the_forward_section_only_when_configured(tmp_path):
     e = rep["forward"]["v2"]
     assert e["psi"] == {
         "path": str(tmp_path / "psi"),
-        "weights_sha256": psi_card["weights_sha256"],
+        "weights_sha256": psi_card.weights_sha256,
         "from": "v1",
     }
     assert e["metrics"]["identification"]["top1"]["old"] is not None
@@ -185,6 +185,6 @@ def test_runner_adds_the_forward_section_only_when_configured(tmp_path):
     written = write_report(rep, tmp_path / "metrics", tmp_path / "plots", images=False)
     assert tmp_path / "metrics" / "forward.json" in written
 
-    cards["v1"] = {"weights_sha256": "sha-v1-retrained"}
+    cards["v1"] = SimpleNamespace(weights_sha256="sha-v1-retrained")
     with pytest.raises(Exception, match="re-run upgrade@v2"):
         run(cfg)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from compat.losses.base import MethodContext
+from compat.models.card import ModelCard
 from compat.models.heads import create_head
 from compat.models.parent import FrozenParent
 
@@ -30,8 +31,15 @@ def pixel_parent(classes, weight, head="cosface", s=2.0, m=0.5) -> FrozenParent:
             h.fc.bias.zero_()
         elif head != "dsimplex":
             h.weight.copy_(weight)
-    card = {"version": "v1", "dim": weight.shape[1], "classes": list(classes), "head": head}
+    card = fake_card(version="v1", dim=weight.shape[1], classes=list(classes), head=head)
     return FrozenParent(PixelModel(), h, card)
+
+
+def fake_card(**fields) -> ModelCard:
+    """A parent's model card with a tiny architecture and the given fields."""
+    base = {"backbone": "tiny", "dim": 2, "in_channels": 1, "image_size": 8, "pooling": "avg",
+            "weights_sha256": "0" * 64}  # fmt: skip
+    return ModelCard.model_validate({**base, **fields})
 
 
 def pixels(*rows) -> torch.Tensor:

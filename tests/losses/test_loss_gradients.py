@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loss_fakes import fake_card
 
 from compat.losses import LOSSES, MethodContext, create_loss
 from compat.models import FrozenParent, build_embedding_model, create_head
@@ -16,7 +17,7 @@ def make_parent(head_name: str, dim: int = 8) -> FrozenParent:
     torch.manual_seed(0)
     model = build_embedding_model("tiny", dim, in_channels=1, image_size=8)
     head = create_head(head_name, dim, 3)
-    card = {"version": "v1", "dim": dim, "classes": CLASSES[:3], "head": head_name}
+    card = fake_card(version="v1", dim=dim, classes=CLASSES[:3], head=head_name)
     return FrozenParent(model, head, card)
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from loss_fakes import context, pixel_parent, pixels
+from loss_fakes import context, fake_card, pixel_parent, pixels
 
 from compat.errors import BadInputError, UsageError
 from compat.losses import LOSSES, Step, create_loss
@@ -151,7 +151,7 @@ def test_lwf_distils_into_a_trainable_copy():
 def test_lwf_check_refuses_dim_change_with_init_from_parent():
     loss = create_loss("lwf")
     with pytest.raises(BadInputError, match="init_from_parent"):
-        loss.check({"dim": 4, "head": "cosface"}, head="cosface", dim=8)
+        loss.check(fake_card(dim=4, head="cosface"), head="cosface", dim=8)
 
 
 def test_unibct_vanilla_prototypes_and_arcface_form():
@@ -207,9 +207,9 @@ def test_hoc_checks_the_heads_before_training():
     with pytest.raises(BadInputError, match="needs the dsimplex head"):
         loss.check(None, head="cosface", dim=8)
     with pytest.raises(BadInputError, match="not dsimplex"):
-        loss.check({"version": "v1", "head": "arcface", "dim": 8}, head="dsimplex", dim=8)
+        loss.check(fake_card(version="v1", head="arcface", dim=8), head="dsimplex", dim=8)
     with pytest.raises(BadInputError, match="dim 16 differs"):
-        loss.check({"version": "v1", "head": "dsimplex", "dim": 8}, head="dsimplex", dim=16)
+        loss.check(fake_card(version="v1", head="dsimplex", dim=8), head="dsimplex", dim=16)
     loss.check(None, head="dsimplex", dim=8)
 
 
@@ -217,6 +217,6 @@ def test_methods_that_need_a_parent_or_its_classifier_say_so():
     with pytest.raises(BadInputError, match="needs a parent"):
         create_loss("bct").check(None, head="cosface", dim=8)
     with pytest.raises(BadInputError, match="without a classifier head"):
-        create_loss("bct").check({"version": "v1", "head": None, "dim": 8}, head="cosface", dim=8)
+        create_loss("bct").check(fake_card(version="v1", head=None, dim=8), head="cosface", dim=8)
     create_loss("independent").check(None, head="cosface", dim=8)
-    create_loss("l2").check({"version": "v1", "head": None, "dim": 8}, head="cosface", dim=8)
+    create_loss("l2").check(fake_card(version="v1", head=None, dim=8), head="cosface", dim=8)

@@ -49,11 +49,11 @@ def saved(tmp_path):
 def test_roundtrip(saved):
     folder, model, head, card = saved
     assert (folder / "weights.safetensors").is_file()
-    assert read_card(folder)["weights_sha256"] == card["weights_sha256"]
-    assert "torch" in card["packages"]
+    assert read_card(folder).weights_sha256 == card.weights_sha256
+    assert card.packages is not None and "torch" in card.packages
     loaded, loaded_card = load_version(folder)
     assert isinstance(loaded, EmbeddingModel) and not loaded.training
-    assert loaded_card["classes"] == ["a", "b", "c"]
+    assert loaded_card.classes == ["a", "b", "c"]
     x = torch.rand(2, 1, 16, 16) * 2 - 1
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))

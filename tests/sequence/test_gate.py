@@ -12,10 +12,17 @@ import pytest
 import yaml
 from seq_scripts import script
 
+from compat.models.card import ModelCard
+
+
+def _card(**fields) -> ModelCard:
+    return ModelCard(backbone="tiny", dim=15, in_channels=1, image_size=8, pooling="avg",
+                     weights_sha256="0" * 64, head="dsimplex", **fields)  # fmt: skip
+
 
 def test_contract_lists_every_earlier_task():
     gate = script("gate")
-    card = {"dim": 15, "head": "dsimplex", "parent": "m-t3"}
+    card = _card(parent="m-t3")
     c = gate.contract_for("m-t4", card, ["m-t1", "m-t2", "m-t3"])
     assert c == {
         "version": "m-t4",
@@ -27,7 +34,7 @@ def test_contract_lists_every_earlier_task():
         ],
         "transitive": ["m-t1", "m-t2"],
     }
-    assert gate.contract_for("m-t1", {"dim": 15, "head": "dsimplex"}, []) == {
+    assert gate.contract_for("m-t1", _card(), []) == {
         "version": "m-t1",
         "embedding_dim": 15,
         "head": "dsimplex",

@@ -107,7 +107,7 @@ def test_evaluate_stage_reads_a_section_and_writes_where_told(tmp_path, monkeypa
     def fake_load_version(path):
         torch.manual_seed(int(Path(path).name[1:]))
         model = nn.Sequential(nn.Flatten(), nn.Linear(64, 6))
-        return model.eval(), {"weights_sha256": f"sha-{Path(path).name}"}
+        return model.eval(), SimpleNamespace(weights_sha256=f"sha-{Path(path).name}")
 
     monkeypatch.setattr(compat.models, "load_version", fake_load_version)
     spec = importlib.util.spec_from_file_location("evaluate_stage", REPO / "stages/evaluate.py")

@@ -79,7 +79,7 @@ def test_killed_run_resumes_to_identical_weights(tmp_path, data, parent_dir, met
         "v2", cfg, images, labels, info(labels, "v2"), out_dir=tmp_path / "resumed",
         checkpoint_dir=tmp_path / "ck", **common,
     )  # fmt: skip
-    assert resumed["weights_sha256"] == full["weights_sha256"]
+    assert resumed.weights_sha256 == full.weights_sha256
     metrics = json.loads((tmp_path / "resumed" / "train_metrics.json").read_text())
     assert [r["epoch"] for r in metrics["epochs"]] == [1, 2, 3]
     assert not (tmp_path / "ck").exists()  # removed once the version is written
@@ -92,9 +92,9 @@ def test_seeded_runs_repeat_and_versions_differ(tmp_path, data):
     a = train_arrays("v1", cfg, images, labels, info(labels), out_dir=tmp_path / "a", **kw)
     b = train_arrays("v1", cfg, images, labels, info(labels), out_dir=tmp_path / "b", **kw)
     c = train_arrays("v9", cfg, images, labels, info(labels), out_dir=tmp_path / "c", **kw)
-    assert a["weights_sha256"] == b["weights_sha256"]
-    assert c["weights_sha256"] != a["weights_sha256"]  # its own seed: no shared initialisation
-    assert a["effective_seed"] != c["effective_seed"]
+    assert a.weights_sha256 == b.weights_sha256
+    assert c.weights_sha256 != a.weights_sha256  # its own seed: no shared initialisation
+    assert a.effective_seed != c.effective_seed
 
 
 def test_checkpoint_of_another_run_is_ignored(tmp_path, data, capsys):
@@ -107,7 +107,7 @@ def test_checkpoint_of_another_run_is_ignored(tmp_path, data, capsys):
         "v1", TrainConfig(**{**BASE, "epochs": 1, "lr": 1e-3}), images, labels, info(labels), **kw,
         progress=False,
     )  # fmt: skip
-    assert card["steps"] == 3
+    assert card.steps == 3
     assert "ignoring checkpoint" in capsys.readouterr().out
 
 

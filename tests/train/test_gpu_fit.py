@@ -28,7 +28,7 @@ def test_cuda_bf16_training_with_parent(tmp_path, method):
     info2 = DataInfo("v2", "f2", "s", sorted(set(labels)))
     card = train_arrays("v2", TrainConfig(**base, method=method, parent="v1"), images, labels, info2,
                         models_dir=tmp_path, quiet=True)  # fmt: skip
-    assert card["device"].startswith("cuda")
+    assert card.device.startswith("cuda")
     model, _ = load_version(tmp_path / "v2")  # loads on the CPU
     with torch.no_grad():
         assert torch.isfinite(model(torch.zeros(2, 3, 16, 16))).all()

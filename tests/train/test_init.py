@@ -49,10 +49,10 @@ def test_fine_tuning_starts_from_the_parent(parents, data):
     # lr ~ 0: whatever the child ends with is what it started from.
     cfg = TrainConfig(**{**BASE, "lr": 1e-12, "weight_decay": 0.0}, parent="p", init="parent")
     card = _train(parents, "child", cfg, data, ["c000", "c001", *OLD])
-    assert card["init"] == {
+    assert card.init == {
         "kind": "parent",
         "parent": "p",
-        "parent_weights_sha256": card["parent_weights_sha256"],
+        "parent_weights_sha256": card.parent_weights_sha256,
         "head_rows_copied": 2,
         "head_rows_new": 2,
     }
@@ -62,7 +62,7 @@ def test_fine_tuning_starts_from_the_parent(parents, data):
         torch.testing.assert_close(c, p, atol=1e-6, rtol=0, msg=name)
     p_head, _ = load_head(parents / "p")
     c_head, c_card = load_head(parents / "child")
-    assert c_card["classes"] == ["c000", "c001", "c002", "c003"]
+    assert c_card.classes == ["c000", "c001", "c002", "c003"]
     # c002 is row 0 of the parent and row 2 of the child: rows follow the class, not the index
     torch.testing.assert_close(c_head.weight[2:], p_head.weight, atol=1e-6, rtol=0)
     assert not torch.allclose(c_head.weight[:2], p_head.weight, atol=1e-3)
@@ -70,7 +70,7 @@ def test_fine_tuning_starts_from_the_parent(parents, data):
 
 def test_scratch_does_not_copy(parents, data):
     card = _train(parents, "fresh", TrainConfig(**BASE, parent="p"), data, OLD)
-    assert card["init"] == {"kind": "scratch"}
+    assert card.init == {"kind": "scratch"}
     parent, _ = load_version(parents / "p")
     fresh, _ = load_version(parents / "fresh")
     assert not torch.allclose(next(parent.parameters()), next(fresh.parameters()), atol=1e-3)
@@ -79,8 +79,8 @@ def test_scratch_does_not_copy(parents, data):
 def test_dsimplex_fine_tuning_keeps_vertices(parents, data):
     cfg = TrainConfig(**BASE, head="dsimplex", method="hoc", parent="d", init="parent")
     card = _train(parents, "d2", cfg, data, ["c000", "c001", *OLD])
-    assert card["classes"] == [*OLD, "c000", "c001"]  # the parent's classes keep their vertex
-    assert (card["init"]["head_rows_copied"], card["init"]["head_rows_new"]) == (4, 0)
+    assert card.classes == [*OLD, "c000", "c001"]  # the parent's classes keep their vertex
+    assert (card.init["head_rows_copied"], card.init["head_rows_new"]) == (4, 0)
 
 
 def test_copy_head_rows_softmax_rows_and_bias():
@@ -135,6 +135,6 @@ def test_parent_saved_without_head_is_refused(tmp_path, data):
 
 def test_lwf_keeps_its_own_switch(parents, data):
     cfg = TrainConfig(**BASE, method="lwf", parent="p")
-    assert _train(parents, "lwf", cfg, data, OLD)["init"]["kind"] == "parent-model"
+    assert _train(parents, "lwf", cfg, data, OLD).init["kind"] == "parent-model"
     cfg = TrainConfig(**BASE, method="lwf", parent="p", init="parent")
-    assert _train(parents, "lwf2", cfg, data, OLD)["init"]["head_rows_copied"] == 2
+    assert _train(parents, "lwf2", cfg, data, OLD).init["head_rows_copied"] == 2

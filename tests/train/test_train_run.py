@@ -13,6 +13,7 @@ from train_synthetic import make_images, make_project
 
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.models import load_head, load_version, save_version
+from compat.models.card import ModelCard
 from compat.models.embedding import build_embedding_model
 from compat.train import DataInfo, TrainConfig, train_arrays
 from compat.train.run import class_order
@@ -52,10 +53,10 @@ def test_outputs_and_card(models):
         "parent", "data_fingerprint", "source_fingerprint", "weights_sha256", "epochs",
         "training_seconds", "packages", "split", "in_channels", "image_size",
     ):  # fmt: skip
-        assert key in card, key
-    assert card["classes"] == ["c000", "c001", "c002", "c003"] and card["num_classes"] == 4
-    assert (card["data_fingerprint"], card["source_fingerprint"]) == ("fp-v1", "src-fp")
-    assert card["method"] == "independent" and card["parent"] is None
+        assert key in card.to_json(), key
+    assert card.classes == ["c000", "c001", "c002", "c003"] and card.num_classes == 4
+    assert (card.data_fingerprint, card.source_fingerprint) == ("fp-v1", "src-fp")
+    assert card.method == "independent" and card.parent is None
     head, _ = load_head(folder)
     assert head.weight.shape == (4, 8)
     import torch
@@ -137,16 +138,17 @@ def test_parent_on_other_images_is_refused(models):
 
 def test_bct_child_records_lineage(models, data):
     card = run({"method": "bct", "parent": "v1", "dim": 12}, models, data)
-    assert card["parent"] == "v1"
+    assert card.parent == "v1"
     assert (
-        card["parent_weights_sha256"]
+        card.parent_weights_sha256
         == json.loads((models / "v1" / "card.json").read_text())["weights_sha256"]
     )
-    assert card["method_params"]["new_classes"] == "synthesize"
+    assert card.method_params["new_classes"] == "synthesize"
 
 
 def test_dsimplex_class_order_extends_the_parent():
-    parent = {"head": "dsimplex", "classes": ["k", "b"]}
+    parent = ModelCard(backbone="tiny", dim=8, in_channels=1, image_size=8, pooling="avg",
+                       weights_sha256="0" * 64, head="dsimplex", classes=["k", "b"])  # fmt: skip
     assert class_order(["a", "b", "k", "z"], "dsimplex", parent) == ["k", "b", "a", "z"]
     assert class_order(["a", "b"], "cosface", parent) == ["a", "b"]
     assert class_order(["a", "b"], "dsimplex", None) == ["a", "b"]
@@ -160,7 +162,7 @@ def test_hoc_chain_keeps_class_vertices(tmp_path):
                  DataInfo("h1", "f", "s", ["c002", "c003"]), models_dir=tmp_path, quiet=True)  # fmt: skip
     card = train_arrays("h2", TrainConfig(**cfg, parent="h1"), images, labels, info(labels, "h2"),
                         models_dir=tmp_path, quiet=True)  # fmt: skip
-    assert card["classes"] == ["c002", "c003", "c000", "c001"]
+    assert card.classes == ["c002", "c003", "c000", "c001"]
 
 
 def _stage():

@@ -1,0 +1,212 @@
+"""What ``compat promote`` judges on: the evaluation-set embeddings of every named version and,
+when a criterion uses ``forward``, the parent's embeddings upgraded by the version's psi.
+
+A model version's rows come from the embedding cache, keyed by the registered weights digest
+(the cache is consulted once per version); only on a miss is its model folder found (local
+``models/<v>`` when its card names the registered digest, else the registry's copy) and the
+model loaded. A version registered from embeddings contributes its registered bundle. psi is
+read from ``models/<version>/upgrade/`` and checked against the contract's versions, the
+registered weights and the parent's row width before it runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compat.contracts.schema import Contract
+from compat.errors import BadInputError, CompatError, NotFoundError
+from compat.models.card import check_upgrade, read_model_card
+from compat.registry.store import Registry, VersionRecord
+
+
+@dataclass
+class Paths:
+    """Where promote finds the project's files (the repository layout by default)."""
+
+    contracts: Path = Path("contracts")
+    models: Path = Path("models")
+    eval_manifest: Path = Path("splits/eval.json")
+    source: Path = Path("data/source.json")
+    cache: Path = Path("cache/embeddings")
+    params: Path = Path("params.yaml")
+
+
+@dataclass
+class Assembled:
+    """Everything the gate judges: the evaluation set, each version's rows and psi's output."""
+
+    manifest: Any
+    embeddings: dict[str, np.ndarray]
+    data_fingerprint: str
+    upgraded: dict[str, np.ndarray] | None = None
+    psi: dict[str, Any] | None = None
+
+
+def registered_weights(rec: VersionRecord) -> str:
+    """The weights digest a version was registered with ('' when the tag is absent)."""
+    return rec.tags.get("compat.weights_sha256", "")
+
+
+def is_model(rec: VersionRecord) -> bool:
+    """A version registered from trained weights (not from an embeddings bundle)."""
+    return rec.tags.get("compat.kind") == "model"
+
+
+def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
+    """A registered version's artifact folder, downloaded into a fresh temporary folder."""
+    from mlflow.artifacts import download_artifacts
+
+    dst = Path(tempfile.mkdtemp(prefix=f"compat-{rec.name}-"))
+    try:
+        return Path(
+            download_artifacts(
+                run_id=rec.run_id, artifact_path=artifact, dst_path=str(dst), tracking_uri=reg.uri
+            )
+        )
+    except Exception as err:
+        raise NotFoundError(
+            f"{rec.name}: artifact {artifact!r} of run {rec.run_id} could not be read: {err}"
+        ) from None
+
+
+def model_folder(reg: Registry, rec: VersionRecord, models_dir: Path) -> Path:
+    """The version's weights folder: local ``models/<v>`` if its card names the registered
+    digest, else the registry's copy."""
+    local = models_dir / rec.name
+    if (local / "card.json").is_file():
+        try:
+            if read_model_card(local).weights_sha256 == registered_weights(rec):
+                return local
+        except CompatError:
+            pass  # an unreadable local card: the registry's copy is the one registered
+    return download(reg, rec, "model")
+
+
+def bundle_rows(reg: Registry, rec: VersionRecord, manifest: Any) -> np.ndarray:
+    """The rows of a version registered from embeddings, in the evaluation set's item order."""
+    from compat.embeddings.bundle import load_bundle
+
+    folder = download(reg, rec, "embeddings")
+    files = sorted(folder.glob("*.npz"))
+    if not files:
+        raise NotFoundError(f"{rec.name}: no embeddings bundle among its artifacts")
+    b = load_bundle(files[0])
+    items = list(manifest.items)
+    if b.ids is not None:
+        index = {i: k for k, i in enumerate(b.ids)}
+        missing = [i for i in items if i not in index]
+        if missing:
+            raise BadInputError(
+                f"{files[0].name}: ids: {len(missing)} evaluation item(s) missing, e.g. {missing[:3]}"
+            )
+        return b.embeddings[[index[i] for i in items]]
+    if b.embeddings.shape[0] != len(items):
+        raise BadInputError(
+            f"{files[0].name}: embeddings: {b.embeddings.shape[0]} rows but the evaluation set has {len(items)} "
+            "items (store ids, or rows in splits/eval.json order)"
+        )
+    return b.embeddings
+
+
+def gather_embeddings(
+    reg: Registry, names: list[str], paths: Paths, records: dict[str, VersionRecord]
+) -> tuple[Any, dict[str, np.ndarray], str]:
+    """(evaluation manifest, rows of every named version, data fingerprint); the fingerprint
+    is '' when no version needed embedding."""
+    from compat.data.split import load_eval_manifest
+
+    manifest = load_eval_manifest(paths.eval_manifest)
+    out: dict[str, np.ndarray] = {}
+    weights: dict[str, str] = {}
+    for name in names:
+        rec = records[name]
+        if rec.tags.get("compat.kind") == "embeddings":
+            out[name] = bundle_rows(reg, rec, manifest)
+        else:
+            weights[name] = registered_weights(rec)
+    data_fp = ""
+    if weights:
+        from compat.data.sources import open_source
+        from compat.embeddings.cache import EmbeddingCache
+        from compat.embeddings.versions import data_fingerprint, embed_versions
+        from compat.evaluate.protocols import label_codes
+
+        source = open_source(paths.source)
+        data_fp = data_fingerprint(source.fingerprint, manifest.fingerprint)
+
+        def load_model(name: str) -> Any:
+            from compat.models import load_version
+
+            return load_version(model_folder(reg, records[name], paths.models))[0]
+
+        out.update(
+            embed_versions(
+                weights, manifest, label_codes(manifest.labels), source.load, data_fp,
+                load_model, EmbeddingCache(paths.cache), what="promote",
+            )
+        )  # fmt: skip
+    return manifest, out, data_fp
+
+
+def upgraded_parent(
+    contract: Contract,
+    records: dict[str, VersionRecord],
+    paths: Paths,
+    embeddings: dict[str, np.ndarray],
+) -> tuple[dict[str, np.ndarray] | None, dict[str, Any] | None]:
+    """The parent's embeddings upgraded by the version's psi (``models/<version>/upgrade/``),
+    when a criterion uses ``forward``; else (None, None)."""
+    if not any(c.uses_forward for c in contract.criteria):
+        return None, None
+    from compat.models.upgrade import load_upgrade, upgrade_array, upgrade_folder
+
+    new, parent = contract.version, contract.parent
+    assert parent is not None
+    folder = upgrade_folder(paths.models, new)
+    psi, card = load_upgrade(folder)
+
+    def weights(name: str) -> str | None:
+        # Only a model version's tag names model weights (an embeddings bundle's names the file).
+        return (registered_weights(records[name]) or None) if is_model(records[name]) else None
+
+    check_upgrade(
+        card,
+        folder / "card.json",
+        source=parent,
+        target=new,
+        wanted=f"the contract needs {parent} -> {new}",
+        from_weights=weights(parent),
+        to_weights=weights(new),
+        weights_origin="the registered ones are",
+        in_dim=embeddings[parent].shape[1],
+        rows_of=f"{parent}'s embeddings",
+    )
+    return {parent: upgrade_array(psi, embeddings[parent])}, card.provenance(folder)
+
+
+def assemble(
+    reg: Registry, contract: Contract, records: dict[str, VersionRecord], paths: Paths
+) -> Assembled:
+    """Every version's rows (``records`` order) and, for forward criteria, psi(parent)."""
+    manifest, embeddings, data_fp = gather_embeddings(reg, list(records), paths, records)
+    upgraded, psi = upgraded_parent(contract, records, paths, embeddings)
+    return Assembled(manifest, embeddings, data_fp, upgraded, psi)
+
+
+__all__ = [
+    "Assembled",
+    "Paths",
+    "assemble",
+    "bundle_rows",
+    "download",
+    "gather_embeddings",
+    "is_model",
+    "model_folder",
+    "registered_weights",
+    "upgraded_parent",
+]
