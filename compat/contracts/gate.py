@@ -66,19 +66,27 @@ class Verdict:
         return [r for r in self.results if not r.passed]
 
 
-def check_facts(contract: Contract, card: dict[str, Any], where: str) -> None:
-    """The contract's declared facts must match the registered card (BadInputError otherwise)."""
+@dataclass(frozen=True)
+class DeclaredFacts:
+    """What a registered version says about itself that its contract declares too."""
+
+    parent: str | None
+    dim: int
+    head: str | None
+
+
+def check_facts(contract: Contract, facts: DeclaredFacts, where: str) -> None:
+    """The contract's declared facts must match the registered version's (BadInputError
+    otherwise); an unrecorded head is not a contradiction."""
     problems = []
-    if (card.get("parent") or None) != contract.parent:
+    if facts.parent != contract.parent:
+        problems.append(f"parent: contract says {contract.parent!r}, card says {facts.parent!r}")
+    if facts.dim != contract.embedding_dim:
         problems.append(
-            f"parent: contract says {contract.parent!r}, card says {card.get('parent')!r}"
+            f"embedding_dim: contract says {contract.embedding_dim}, card says {facts.dim}"
         )
-    if int(card.get("dim", -1)) != contract.embedding_dim:
-        problems.append(
-            f"embedding_dim: contract says {contract.embedding_dim}, card says {card.get('dim')}"
-        )
-    if card.get("head") and card["head"] != contract.head:
-        problems.append(f"head: contract says {contract.head!r}, card says {card['head']!r}")
+    if facts.head and facts.head != contract.head:
+        problems.append(f"head: contract says {contract.head!r}, card says {facts.head!r}")
     if problems:
         raise BadInputError(
             f"{where}: contract contradicts the registered card: " + "; ".join(problems)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.contracts.gate import Verdict, check_facts, judge
+from compat.contracts.gate import DeclaredFacts, Verdict, check_facts, judge
 from compat.contracts.schema import Contract, contract_digest, load_contract
 from compat.errors import BadInputError, ConflictError, NotFoundError, UsageError
 from compat.registry.assemble import Paths, assemble
@@ -54,13 +54,19 @@ def params_paragon(params: Path, version: str) -> str | None:
     return cfg.paragon.get(version)
 
 
-def registered_facts(rec: VersionRecord) -> dict[str, Any]:
+def registered_facts(rec: VersionRecord) -> DeclaredFacts:
     """What the registry says about a version that its contract also declares (from its tags)."""
-    return {
-        "parent": rec.tags.get("compat.parent") or None,
-        "dim": rec.tags.get("compat.dim", "-1"),
-        "head": rec.tags.get("compat.head") or None,
-    }
+    try:
+        dim = int(rec.tags.get("compat.dim", "-1"))
+    except ValueError:
+        raise BadInputError(
+            f"{rec.name}: tag compat.dim: {rec.tags.get('compat.dim')!r} is not an integer"
+        ) from None
+    return DeclaredFacts(
+        parent=rec.tags.get("compat.parent") or None,
+        dim=dim,
+        head=rec.tags.get("compat.head") or None,
+    )
 
 
 def promote(
