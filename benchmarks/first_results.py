@@ -8,7 +8,7 @@ queries only) is computed with an inline brute-force search:
 
     old/old | independent/old | independent/independent | bct/old | bct/bct
 
-Expected (REFERENCE.md): independent/old near chance and below old/old; bct/old above old/old;
+Expected (docs/reference.md): independent/old near chance and below old/old; bct/old above old/old;
 bct/bct within a few points of independent/independent.
 
 Needs the data and split stages first: ``python stages/data.py && python stages/split.py``.

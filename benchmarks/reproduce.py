@@ -1,4 +1,4 @@
-"""Reproduce REFERENCE.md's expected results 1-6 on the embedded data, on the CPU; write a table.
+"""Reproduce docs/reference.md's expected results 1-6 on the embedded data, on the CPU; write a table.
 
 One project folder (``--workdir``) with its own, smaller embedded dataset (``--classes`` KanjiVG
 characters, ``--eval-classes`` of them held out) is split two ways by the real ``split`` stage:
@@ -7,7 +7,7 @@ characters, ``--eval-classes`` of them held out) is split two ways by the real `
 * open-class (UniBCT Table 1): ``old-oc`` = the same 30% (identical items: the script checks),
   ``open`` = the other 70%.
 
-Then, with the default training configuration (small-cnn, dim 128, the FINDINGS.md CPU schedule)
+Then, with the default training configuration (small-cnn, dim 128, the docs/findings.md CPU schedule)
 and a seed per version, it trains the old model once and every new version against it:
 
 ====  ================================================================  =====================
@@ -239,7 +239,7 @@ def main() -> int:
 
 
 def results_table(cells, chance, gain, passes, chain) -> list[dict[str, Any]]:
-    """One row per REFERENCE.md expected result: what was measured and whether it held."""
+    """One row per docs/reference.md expected result: what was measured and whether it held."""
     c = cells
 
     def x(name: str) -> str:
@@ -329,7 +329,7 @@ def render(rows, cells, args, seconds, chance) -> str:
         return "held" if r["held"] else "did not hold"
 
     lines = [
-        "| expected result (REFERENCE.md) | expected | measured (top-1 / mAP %, cross = M(new, old)) | |",
+        "| expected result (docs/reference.md) | expected | measured (top-1 / mAP %, cross = M(new, old)) | |",
         "|---|---|---|---|",
         *(f"| {r['result']} | {r['expected']} | {r['measured']} | {verdict(r)} |" for r in rows),
         "",

@@ -1,8 +1,8 @@
-"""The real stages end to end on a tiny configuration, then the gate (DESIGN.md, Tests).
+"""The real stages end to end on a tiny configuration, then the gate (docs/design.md, Tests).
 
 data -> split -> train (old, bct, independent) -> evaluate, as DVC runs them (subprocesses in
 the project folder), then compat register / promote. The independent version's cross test is near
-chance and it fails its contract with exit code 1 (BCT Table 1; REFERENCE.md expected result 1);
+chance and it fails its contract with exit code 1 (BCT Table 1; docs/reference.md expected result 1);
 the bct version passes (expected result 3) and records an update gain above 0.
 
 Why this configuration: with extended-data or 16 px images the old model is too close to the new

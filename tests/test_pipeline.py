@@ -1,4 +1,4 @@
-"""dvc.yaml and params.yaml name the same versions (DESIGN.md: one name four times).
+"""dvc.yaml and params.yaml name the same versions (docs/design.md: one name four times).
 
 Checked for the default pipeline at the root and for experiments/bict (the lambda sweep), whose
 stages run the same scripts from its own folder.

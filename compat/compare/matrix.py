@@ -6,7 +6,7 @@ needed (the lower triangle: a deployed gallery is never newer than the model que
 the full square is available on request. The diagonal holds the self tests M(v, v); below it,
 the cross tests M(new, old).
 
-Sequence metrics over T versions follow REFERENCE.md (d-Simplex/HOC and CL2R):
+Sequence metrics over T versions follow docs/reference.md (d-Simplex/HOC and CL2R):
 
 * AC (average compatibility): fraction of pairs j < i with M[i][j] > M[j][j]; ``strict=False``
   counts ties as compatible (CL2R's reading, M[i][j] >= M[j][j]); the reference code's default

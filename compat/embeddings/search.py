@@ -4,7 +4,7 @@ On the CPU, top-k search is faiss's exact inner-product kernel (the one behind
 ``faiss.IndexFlatIP.search``), called through ``faiss.knn`` so the gallery is not copied into
 an index first. On CUDA it is a torch fp32 matmul followed by ``topk``, one chunk of queries at a
 time, with TF32 switched off: compatibility criteria compare metrics that can differ by a
-fraction of a point, and reduced-precision scores reorder near-ties (FINDINGS.md: bf16 changes
+fraction of a point, and reduced-precision scores reorder near-ties (docs/findings.md: bf16 changes
 top-1 for 2.5% of queries).
 
 :func:`iter_scores` yields the full score matrix one query chunk at a time, for metrics that

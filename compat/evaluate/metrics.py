@@ -1,4 +1,4 @@
-"""Retrieval and verification metrics as small pure NumPy functions (REFERENCE.md, "Metrics").
+"""Retrieval and verification metrics as small pure NumPy functions (docs/reference.md, "Metrics").
 
 Conventions shared by every function here:
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Metric keys, exactly as REFERENCE.md and the CLI's --json name them.
+# Metric keys, exactly as docs/reference.md and the CLI's --json name them.
 TOP_KS = (1, 5, 10)
 MAP_K = 100
 FARS = (0.1, 0.01, 0.001)
@@ -297,7 +297,7 @@ def top_k_from_ranks(first_rank: np.ndarray, k: int) -> float:
 def cmc(
     scores: np.ndarray, same: np.ndarray, max_rank: int, *, exclude: np.ndarray | None = None
 ) -> np.ndarray:
-    """CMC curve (REFERENCE.md): entry r-1 is the top-r accuracy over queries with a positive."""
+    """CMC curve (docs/reference.md): entry r-1 is the top-r accuracy over queries with a positive."""
     return cmc_from_ranks(rank_stats(scores, same, exclude=exclude).first_rank, max_rank)
 
 
@@ -403,7 +403,7 @@ def tar_at_far_direct(scores: np.ndarray, same: np.ndarray, far: float) -> float
 def tpir_at_fpir(
     top_scores: np.ndarray, correct: np.ndarray, mated: np.ndarray, fpir: float
 ) -> float:
-    """Open-set TPIR at FPIR (REFERENCE.md): 1:N identification with non-mated probes.
+    """Open-set TPIR at FPIR (docs/reference.md): 1:N identification with non-mated probes.
 
     ``top_scores``: each probe's best gallery score; ``correct``: its rank-1 item has the
     probe's identity (pessimistic ties); ``mated``: its identity is in the gallery. The

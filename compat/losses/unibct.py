@@ -6,7 +6,7 @@ per class of the new training set, built from the parent's embeddings of that se
 whether or not the parent saw the class: open-data and open-class scenarios):
 
 - ``vanilla``: the prototype is the normalised class mean of the parent's normalised embeddings.
-- ``refined`` (structural prototype refinement; REFERENCE.md): per class, with F the new model's
+- ``refined`` (structural prototype refinement; docs/reference.md): per class, with F the new model's
   normalised features of its m samples and V0 their parent features, A = F F^T / tau with the
   diagonal masked, E = row-softmax(A) (each node's transition probabilities sum to one), and
 
@@ -41,7 +41,7 @@ class UniBCTParams(MethodParams):
     prototypes: Literal["vanilla", "refined"] = "refined"
     lambda_r: float = 0.9
     tau: float = 0.05
-    # UniBCT trains with s=64, m=0.5; these match the short-schedule CPU defaults (FINDINGS.md).
+    # UniBCT trains with s=64, m=0.5; these match the short-schedule CPU defaults (docs/findings.md).
     s: float = 16.0
     m: float = 0.2
     refresh_at: list[int] | None = None

@@ -7,7 +7,7 @@ backbone (:func:`load_backbone_weights`).
 
 - ``tiny``: two conv layers, for tests.
 - ``small-cnn``: 7 x (conv3x3-BN-ReLU), widths 16 -> 128, three max-pools; the CPU default
-  (FINDINGS.md: ~1,700 train images/s at 32 px on 2 threads).
+  (docs/findings.md: ~1,700 train images/s at 32 px on 2 threads).
 - ``resnet18``, ``resnet50``: torchvision, with a 3x3 stride-1 stem and no max-pool when the input
   is below 64 px (the CIFAR adaptation), so a 32 px image is not reduced to 1x1 before layer4.
 """
@@ -98,7 +98,7 @@ def tiny(in_channels: int = 3, image_size: int = 16, pooling: str = "avg") -> nn
 def small_cnn(
     in_channels: int = 3, image_size: int = 32, pooling: str = "avg", width: int = 1
 ) -> nn.Module:
-    """7 conv3x3-BN-ReLU layers, widths 16 -> 128, max-pools after layers 2, 4 and 6 (FINDINGS.md)."""
+    """7 conv3x3-BN-ReLU layers, widths 16 -> 128, max-pools after layers 2, 4 and 6 (docs/findings.md)."""
     widths = [16, 32, 64, 64, 128, 128, 128]
     return ConvNet(in_channels, [w * width for w in widths], {1, 3, 5}, pooling)
 

@@ -1,7 +1,7 @@
 """The promotion lock and the append-only promotion log.
 
 MLflow aliases have no compare-and-set, so ``compat promote`` holds a file lock around
-read-alias, check, set-alias (FINDINGS.md: 8 concurrent writers hit an IntegrityError without it).
+read-alias, check, set-alias (docs/findings.md: 8 concurrent writers hit an IntegrityError without it).
 
 The log is JSON lines, one fsync'd ``write`` per line. A promotion writes a ``pending`` line
 *before* it moves the alias and a ``committed`` line after. A crash between the two leaves a

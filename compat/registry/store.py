@@ -1,4 +1,4 @@
-"""The MLflow model registry as compat uses it (DESIGN.md, Registry conventions).
+"""The MLflow model registry as compat uses it (docs/design.md, Registry conventions).
 
 One registered model (default ``compat``) holds every version; a compat version name (``v2``) is
 the tag ``compat.version`` on an MLflow model version, because MLflow reserves ``v<N>`` aliases.

@@ -5,7 +5,7 @@ Import-light on purpose (pydantic only, no torch): the global params model embed
 head, method) and method params are checked against their catalogs when the run is built, before
 any training starts.
 
-Defaults are the short-schedule CPU settings that FINDINGS.md measured to work: small CNN,
+Defaults are the short-schedule CPU settings that docs/findings.md measured to work: small CNN,
 AdamW lr 3e-3 weight decay 0.05, cosine with 15% warm-up (one-cycle-like), batch 128, 6 epochs,
 CosFace s=16 m=0.2, random +-2 px shift.
 """

@@ -6,7 +6,7 @@ fail (unknown names, method params, a missing or tampered parent, a method that 
 the parent) runs before the first image is loaded.
 
 Seeds: a version's effective seed mixes ``seed`` with the version name, so two versions never
-share an initialisation by accident (FINDINGS.md: an independent model initialised like its
+share an initialisation by accident (docs/findings.md: an independent model initialised like its
 parent reached 8.8% cross-test top-1 instead of chance: shared initialisation leaks compatibility).
 """
 

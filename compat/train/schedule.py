@@ -1,7 +1,7 @@
 """Learning-rate schedules as pure functions of the global step (nothing to checkpoint).
 
 ``cosine``: linear warm-up from 0 over the first ``warmup`` fraction of steps, then a half cosine
-down to ``min_lr_ratio * lr`` at the last step: the one-cycle shape that FINDINGS.md found robust
+down to ``min_lr_ratio * lr`` at the last step: the one-cycle shape that docs/findings.md found robust
 for short CPU schedules. ``step``: warm-up, then multiply by ``gamma`` at each milestone fraction.
 """
 

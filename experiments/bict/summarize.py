@@ -4,7 +4,7 @@ Reads ``dvc exp show --json --all-commits`` (every experiment of this pipeline, 
 ``dvc exp run --queue -S 'train.v2.method_params.lam=...'``), takes each one's
 ``metrics/forward.json`` (M(v1, v1), backward M(v2, v1), forward M(v2, psi(v1)), self M(v2, v2))
 and writes ``results/lambda.md`` and ``results/lambda.png``: identification top-1 and mAP
-against lambda (BiCT, Su et al.; REFERENCE.md expected result 7).
+against lambda (BiCT, Su et al.; docs/reference.md expected result 7).
 
 Usage (from the repository root or this folder): ``python experiments/bict/summarize.py``
 """

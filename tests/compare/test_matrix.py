@@ -71,7 +71,7 @@ def test_missing_cells_are_never_silently_dropped():
 
 
 def test_update_gain_by_hand():
-    # FINDINGS.md prototype: old/old 61.1, bct/old 67.5, paragon (independent/independent) 75.0
+    # docs/findings.md prototype: old/old 61.1, bct/old 67.5, paragon (independent/independent) 75.0
     g = mx.update_gain(0.675, 0.611, 0.750)
     assert g.value == pytest.approx((0.675 - 0.611) / (0.750 - 0.611))  # 0.4604...
     assert g.meaningful and g.reason == "criterion holds"

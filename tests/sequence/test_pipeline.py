@@ -1,4 +1,4 @@
-"""experiments/sequence: sequence.yaml, params.yaml, evaluate.yaml and dvc.yaml agree (DESIGN.md:
+"""experiments/sequence: sequence.yaml, params.yaml, evaluate.yaml and dvc.yaml agree (docs/design.md:
 one name four times), and the generator refuses an inconsistent sequence."""
 
 from __future__ import annotations

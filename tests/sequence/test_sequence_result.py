@@ -1,4 +1,4 @@
-"""REFERENCE.md expected result 8, measured: hoc keeps AC high across sequential fine-tuning and a
+"""docs/reference.md expected result 8, measured: hoc keeps AC high across sequential fine-tuning and a
 model replacement, where the ER baseline (learnable classifier, CE only) drops to 0.
 
 Slow: a reduced sequence.yaml (hoc and er only, fewer classes) runs through the real stages
