@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", "")
-# An upper-case document name (DESIGN.md, FINDINGS.md) or a path to a Markdown file.
+# An upper-case document name (README.md and the like) or a path to a Markdown file.
 CITED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[A-Z][A-Z_]+\.md|(?:[\w.-]+/)+[\w.-]+\.md)\b")
 # Paths that are not documents of this repository: the Markdown files the pipeline or a tool
 # writes elsewhere, and links into other projects.
@@ -38,8 +38,10 @@ def resolves(doc: str, citing: Path) -> bool:
 
 
 def test_citation_pattern():
-    text = "see DESIGN.md and docs/reference.md#metrics, README.md, not foo.md.bak or x/DESIGN.mdx"
-    assert cited_documents(text) == {"DESIGN.md", "docs/reference.md", "README.md"}
+    gone = "NOT" + "ES.md"  # spelt apart, so this file does not cite it
+    text = f"see {gone} and docs/reference.md#metrics, README.md, not foo.md.bak or x/{gone}x"
+    assert cited_documents(text) == {gone, "docs/reference.md", "README.md"}
+    assert not resolves(gone, ROOT / "tests" / "test_docs.py")
 
 
 @pytest.mark.parametrize("path", tracked_text_files(), ids=lambda p: str(p.relative_to(ROOT)))
