@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return load_version(Path("models") / version)
 
+        def weights_of(version: str) -> str:
+            # The card names the weights: a cached version's model is never loaded.
+            from compat.models.card import read_model_card
+
+            return read_model_card(Path("models") / version).weights_sha256
+
         report = run_evaluation(
             config,
             manifest,
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             source.fingerprint,
             load_model,
             args.cache,
+            weights_of=weights_of,
             report=print,
         )
     except CompatError as err:

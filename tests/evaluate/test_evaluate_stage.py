@@ -67,6 +67,12 @@ def project(tmp_path, monkeypatch):
         return model.eval(), SimpleNamespace(weights_sha256=f"sha-{version}")
 
     monkeypatch.setattr(compat.models, "load_version", fake_load_version)
+    for version in ("v1", "v2", "v2p"):
+        card = {
+            "version": version, "backbone": "fake", "dim": 6, "in_channels": 1, "image_size": 8,
+            "pooling": "none", "weights_sha256": f"sha-{version}",
+        }  # fmt: skip
+        write_json(Path("models") / version / "card.json", card)
     return tmp_path, loads
 
 
@@ -88,6 +94,7 @@ def test_stage_writes_metrics_plots_and_uses_the_cache(project, capsys):
     assert "embedded" in out and "identification top1: M(v1,v1)=" in out
     assert stage.main() == 0
     assert "cached" in capsys.readouterr().out
+    assert sorted(loads) == ["v1", "v2", "v2p"]  # cached versions: no model loaded again
 
 
 def test_stage_errors_exit_with_their_code(project, capsys):
