@@ -79,7 +79,7 @@ def promote_cmd(
     against: str | None = typer.Option(
         None,
         "--against",
-        help="the version production must still point at (compare-and-set); may be omitted only while production is unset",
+        help="the version production must still point at (compare-and-set); `none` (or omitted) for the first promotion, while production is unset",
     ),
     paragon: str | None = typer.Option(
         None,

@@ -24,6 +24,9 @@ from compat.registry.promotions import PromotionLog, now, promotion_lock, who
 from compat.registry.record import record_verdict, seal
 from compat.registry.store import Registry, VersionRecord
 
+# ``--against none``: the caller expects production to be unset (the first promotion).
+NO_VERSION = "none"
+
 
 class PromotionConflict(ConflictError):
     """``production`` moved away from ``--against`` before this promotion could move it."""
@@ -80,7 +83,14 @@ def promote(
     seed: int = 0,
     dry_run: bool = False,
 ) -> Outcome:
-    """Gate ``version`` on its contract and, if it passes, make it ``production``."""
+    """Gate ``version`` on its contract and, if it passes, make it ``production``.
+
+    ``against`` is the version production must point at when the alias moves (compare-and-set);
+    None (or ``"none"``) means production must still be unset: the first promotion.
+    """
+    expect_unset = against is not None and against.lower() == NO_VERSION
+    if expect_unset:
+        against = None
     paths = paths or Paths()
     contract_path = paths.contracts / f"{version}.yaml"
     contract: Contract = load_contract(contract_path)
@@ -124,7 +134,7 @@ def promote(
 
     record_verdict(reg, rec, verdict, report, blob)
     if verdict.passed:
-        outcome.moved = _move_production(reg, rec, against, report, outcome.messages)
+        outcome.moved = _move_production(reg, rec, against, report, outcome.messages, expect_unset)
     return outcome
 
 
@@ -157,8 +167,13 @@ def _move_production(
     against: str | None,
     report: dict[str, Any],
     messages: list[str],
+    expect_unset: bool = False,
 ) -> bool:
-    """Compare-and-set of the production alias under the lock, logged before and after."""
+    """Compare-and-set of the production alias under the lock, logged before and after.
+
+    ``against``: the version production must point at now; None: production must be unset
+    (``expect_unset``: the caller said so with ``--against none``; else it named no version,
+    which is a usage error while production is set)."""
     root = reg.root
     log = PromotionLog(root)
     with promotion_lock(root):
@@ -167,12 +182,20 @@ def _move_production(
         if current == rec.name:
             messages.append(f"{rec.name} is already production; nothing to move")
             moved = False
-        elif current is not None and against is None:
+        elif current is not None and against is None and not expect_unset:
             raise UsageError(f"production is {current!r}: name it with --against {current}")
-        elif current is not None and current != against:
+        elif current != against:
+            # Compare-and-set: the alias moves only from the version the gate compared against.
+            where = "unset" if current is None else repr(current)
+            hint = (
+                "promote the first version with --against none"
+                if current is None
+                else f"re-run the gate against {current!r}"
+            )
+            expected = "unset" if against is None else repr(against)
             raise PromotionConflict(
-                f"production is {current!r}, not {against!r}: another promotion moved it; "
-                f"re-run the gate against {current!r}"
+                f"production is {where}, not {expected}: it moves only from the version the "
+                f"gate compared against; {hint}"
             )
         else:
             pid = log.begin(

@@ -192,16 +192,16 @@ class Registry:
     # --- the production alias ---------------------------------------------------------------
 
     def production_mlflow_version(self) -> str | None:
-        from mlflow.exceptions import MlflowException
+        """The MLflow version the ``production`` alias points at; None only when it is unset.
 
-        try:
-            return str(self.client.get_model_version_by_alias(self.model, PRODUCTION).version)
-        except MlflowException:
-            return None
-        except Exception as err:
-            raise InfrastructureError(
-                f"registry {self.uri}: reading alias failed: {_short(err)}"
-            ) from None
+        The registered model's alias map is read, which is simply empty when no alias is set:
+        a store that cannot be read raises (InfrastructureError, exit 5) and is never taken
+        for "unset" (MLflow raises the same exception type for a locked sqlite store as for a
+        missing alias, so reading the alias itself could not tell the two apart).
+        """
+        aliases = self.call("get_registered_model", self.model).aliases or {}
+        version = aliases.get(PRODUCTION)
+        return None if version is None else str(version)
 
     def production(self) -> str | None:
         """The compat version the ``production`` alias points at, or None."""

@@ -273,3 +273,83 @@ def test_gain_uses_params_paragon_when_the_contract_names_none(project):
     (project.root / "params.yaml").write_text("evaluate:\n  paragon: {v2: [oops]}\n")
     r = cli("promote", "v2", "--against", "v1", "--dry-run")
     assert r.exit_code == 4 and "params.yaml: evaluate.paragon" in r.output
+
+
+def test_against_a_version_while_production_is_unset_is_a_conflict(project):
+    """Compare-and-set compares: an unset alias is not the version the gate compared against."""
+    project.contract("v1")
+    project.contract("v2", parent="v1")
+    for v, emb in (("v1", project.embeddings(1.5, 1)), ("v2", project.embeddings(0.8, 2))):
+        assert cli("register", v, "--embeddings", str(project.bundle(v, emb))).exit_code == 0
+    r = cli("promote", "v2", "--against", "v1")
+    assert r.exit_code == 6, r.output
+    assert "production is unset, not 'v1'" in r.stderr
+    assert Registry().production() is None
+    assert PromotionLog("registry").promotions() == []
+    # The first promotion is explicit: --against none (or no --against at all).
+    r = cli("promote", "v2", "--against", "none")
+    assert r.exit_code == 0, r.output
+    assert Registry().production() == "v2"
+    # --against none says "production is unset": now it is not.
+    project.contract("v3", parent="v2")
+    assert (
+        cli(
+            "register", "v3", "--embeddings", str(project.bundle("v3", project.embeddings(0.5, 3)))
+        ).exit_code
+        == 0
+    )
+    r = cli("promote", "v3", "--against", "none")
+    assert r.exit_code == 6, r.output
+    assert "production is 'v2', not unset" in r.stderr
+    assert Registry().production() == "v2"
+
+
+def test_an_unreadable_store_is_never_taken_for_an_unset_alias(project, monkeypatch):
+    """A read error of the alias is exit 5, never "no production": nothing moves. (Reading the
+    alias the old way, an error meant "unset" and production moved from v1 to v2.)"""
+    from mlflow.exceptions import MlflowException
+
+    _setup(project, project.embeddings(0.8, 2))
+    assert Registry().production() == "v1"
+    connect = Registry._connect
+
+    class LockedReads:
+        """The real client, except that reading the model or an alias fails as a locked
+        sqlite store does (MLflow raises the same exception type as for a missing alias)."""
+
+        def __init__(self, client):
+            self.client = client
+
+        def __getattr__(self, name):
+            if name in ("get_registered_model", "get_model_version_by_alias"):
+
+                def fail(*args, **kwargs):
+                    raise MlflowException("(sqlite3.OperationalError) database is locked")
+
+                return fail
+            return getattr(self.client, name)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Registry, "_connect", lambda self: LockedReads(connect(self)))
+        r = cli("promote", "v2", "--against", "v1")
+    assert r.exit_code == 5, r.output
+    assert "database is locked" in r.stderr
+    assert Registry().production() == "v1"
+    assert [p["to"] for p in PromotionLog("registry").promotions()] == ["v1"]
+
+
+def test_a_locked_sqlite_store_is_not_an_unset_alias(project):
+    """The real thing: another process holds the sqlite database's write lock."""
+    import sqlite3
+
+    _setup(project, project.embeddings(0.8, 2))
+    db = sqlite3.connect(project.root / "registry" / "mlflow.db", timeout=1)
+    db.execute("BEGIN EXCLUSIVE")
+    try:
+        r = cli("promote", "v2", "--against", "v1")
+    finally:
+        db.rollback()
+        db.close()
+    assert r.exit_code != 0, r.output
+    assert r.exit_code in (5, 6), r.output
+    assert Registry().production() == "v1"
