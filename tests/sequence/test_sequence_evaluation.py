@@ -110,6 +110,12 @@ def test_evaluate_stage_reads_a_section_and_writes_where_told(tmp_path, monkeypa
         return model.eval(), SimpleNamespace(weights_sha256=f"sha-{Path(path).name}")
 
     monkeypatch.setattr(compat.models, "load_version", fake_load_version)
+    for version in ("t1", "t2", "t3"):  # the stage names each version's weights from its card
+        card = {
+            "version": version, "backbone": "fake", "dim": 6, "in_channels": 1, "image_size": 8,
+            "pooling": "none", "weights_sha256": f"sha-{version}",
+        }  # fmt: skip
+        write_json(Path("models") / version / "card.json", card)
     spec = importlib.util.spec_from_file_location("evaluate_stage", REPO / "stages/evaluate.py")
     stage = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stage)
