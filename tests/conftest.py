@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,24 @@ def tiny_source(tmp_path_factory: pytest.TempPathFactory):
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+HEAVY = ("torch", "faiss", "sklearn", "mlflow")
+
+
+@pytest.fixture()
+def heavy_imports() -> Callable[..., list[str]]:
+    """``heavy_imports("compat.x", ...)``: which of ``heavy`` (default: torch, faiss, sklearn,
+    mlflow) importing those modules in a fresh interpreter loads; [] for an import-light module."""
+
+    def loaded(*modules: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+        code = (
+            f"import sys; import {', '.join(modules)}; "
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        return [m for m in out.stdout.strip().split(",") if m]
+
+    return loaded
