@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import nn
 
 from compat.config import format_validation_error
 from compat.errors import BadInputError
+from compat.functional.align import align_dims, fit_width
 from compat.models.card import ModelCard
 from compat.models.heads import Head
 from compat.models.parent import FrozenParent
@@ -119,33 +119,18 @@ def validate_params(cls: type[CompatLoss], params: dict[str, Any] | None) -> Met
         ) from None
 
 
-# -- shared helpers --------------------------------------------------------------------------
+# -- shared helpers (align_dims and fit_width live in compat.functional.align) ----------------
 
-
-def align_dims(
-    a: torch.Tensor, b: torch.Tensor, mode: str = "truncate"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Make the last dims of ``a`` (new) and ``b`` (old) equal.
-
-    ``truncate`` keeps the first min(d_a, d_b) coordinates of both (BCT feeds the first K_old
-    coordinates of the new embedding to the old classifier); ``pad`` zero-pads the narrower one.
-    """
-    da, db = a.shape[-1], b.shape[-1]
-    if da == db:
-        return a, b
-    if mode == "truncate":
-        k = min(da, db)
-        return a[..., :k], b[..., :k]
-    if mode == "pad":
-        k = max(da, db)
-        return F.pad(a, (0, k - da)), F.pad(b, (0, k - db))
-    raise BadInputError(f"dim_mismatch: unknown {mode!r}; known: truncate, pad")
-
-
-def fit_width(x: torch.Tensor, k: int) -> torch.Tensor:
-    """``x`` cut to its first ``k`` coordinates, or zero-padded to ``k``."""
-    d = x.shape[-1]
-    return x[..., :k] if k <= d else F.pad(x, (0, k - d))
+__all__ = [
+    "CompatLoss",
+    "MethodContext",
+    "MethodParams",
+    "Step",
+    "align_dims",
+    "fit_width",
+    "validate_params",
+    "zero",
+]
 
 
 def zero(like: torch.Tensor) -> torch.Tensor:

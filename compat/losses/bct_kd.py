@@ -1,13 +1,18 @@
-"""bct-kd: BCT's knowledge-distillation influence term (Shen et al., CVPR 2020, the "kd" variant):
+"""bct-kd: BCT with knowledge distillation for the new classes (Shen et al., CVPR 2020, "Towards
+Backward-Compatible Representation Learning", Sec. 3.3):
 
-    L = L_head(phi_new; w_new) + lambda * T^2 * KL( softmax(w_old phi_old(x) / T)
-                                                   || softmax(w_old phi_new(x) / T) ).
+    L = L_head(phi_new; w_new) + lambda * mean_i l_i,
+    l_i = CE(w_old phi_new(x_i), y_i)                                   if y_i is an old class,
+    l_i = T^2 KL( softmax(w_old phi_old(x_i) / T) || softmax(w_old phi_new(x_i) / T) )  otherwise.
 
-Both distributions come from the parent's frozen classifier without margins (plain logits); the
-parent backbone runs on the same augmented batch under inference mode. Unlike the classification
-form it needs no label in the old label space, so samples of new classes take part as well.
-``new_classes="synthesize"`` extends w_old with synthesized rows (as bct), ``"old-only"`` keeps the
-parent's classes only. The T^2 factor keeps gradient magnitudes independent of T (Hinton et al.).
+Samples of classes the parent was trained on take the influence loss of Eq. (8) through the
+parent's frozen classifier (its margin rule kept); samples of new classes, which have no row in
+w_old, are distilled on the old classifier's softmax instead, with the parent's embedding of the
+same augmented image as the teacher (the parent backbone runs per batch). The KD logits are plain
+(no margin). ``new_classes="synthesize"`` first extends w_old with synthesized rows (bct's
+"sys"), so the distilled softmax also covers them; ``"old-only"`` (default) keeps the parent's
+classes only. The T^2 factor keeps gradient magnitudes independent of T (Hinton et al.).
+See :func:`compat.functional.bct_kd`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
+from compat.functional.influence import bct_kd
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step
 from compat.losses.old_classifier import OldClassifier
 
@@ -26,13 +31,6 @@ class BCTKDParams(MethodParams):
     temperature: float = 1.0
     new_classes: Literal["synthesize", "old-only"] = "old-only"
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
-
-
-def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, t: float) -> torch.Tensor:
-    """T^2 * KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch."""
-    log_p_student = F.log_softmax(student_logits / t, dim=1)
-    log_p_teacher = F.log_softmax(teacher_logits / t, dim=1)
-    return F.kl_div(log_p_student, log_p_teacher, reduction="batchmean", log_target=True) * t * t
 
 
 class BCTKD(CompatLoss):
@@ -51,7 +49,13 @@ class BCTKD(CompatLoss):
 
     def forward(self, step: Step) -> dict[str, torch.Tensor]:
         assert step.old is not None and self.old.head is not None and self.old.teacher is not None
-        teacher = self.old.teacher(step.old)
-        student = self.old.head(self.old.align(step.new))
-        kd = kd_loss(student, teacher, self.params.temperature)
-        return {"head": step.head_loss, "kd": self.params.lam * kd}
+        loss = bct_kd(
+            step.new,
+            None,
+            self.old.old_index[step.targets],
+            self.old.head,
+            temperature=self.params.temperature,
+            old_classes=self.old.num_parent,
+            teacher_logits=self.old.teacher(step.old),
+        )
+        return {"head": step.head_loss, "kd": self.params.lam * loss}

@@ -14,28 +14,15 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
-from compat.losses.base import CompatLoss, MethodParams, Step, align_dims
+from compat.functional.contrastive import contrastive
+from compat.losses.base import CompatLoss, MethodParams, Step
 
 
 class ContrastiveParams(MethodParams):
     lam: float = 1.0
     tau: float = 0.1
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
-
-
-def cross_model_infonce(
-    anchors: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor, tau: float
-) -> torch.Tensor:
-    """Mean InfoNCE of normalised ``anchors`` (n, d) against ``keys`` (n, d): the positive of row i
-    is key i, its negatives the keys of other classes; same-class keys j != i are masked."""
-    logits = anchors @ keys.T / tau
-    n = len(targets)
-    same = targets[:, None] == targets[None, :]
-    same.fill_diagonal_(False)
-    logits = logits.masked_fill(same, float("-inf"))
-    return F.cross_entropy(logits, torch.arange(n, device=logits.device))  # Eq. (12)
 
 
 class Contrastive(CompatLoss):
@@ -46,8 +33,5 @@ class Contrastive(CompatLoss):
     def forward(self, step: Step) -> dict[str, torch.Tensor]:
         assert step.old is not None, "contrastive needs the parent's embeddings of the batch"
         p = self.params
-        new, old = align_dims(step.new.float(), step.old.float(), p.dim_mismatch)
-        nce = cross_model_infonce(
-            F.normalize(new, dim=1), F.normalize(old, dim=1), step.targets, p.tau
-        )
+        nce = contrastive(step.new, step.old, step.targets, p.tau, dim_mismatch=p.dim_mismatch)
         return {"head": step.head_loss, "contrastive": p.lam * nce}

@@ -2,19 +2,23 @@
 Therefore Compatible) Representation is All You Need" / CVPR'24 "Stationary Representations").
 
 With a fixed d-Simplex head every version is trained against the same stationary classifier, so
-successive embedding spaces share their class directions. The loss adds an InfoNCE term between
-the new version (phi_t) and the previous one (phi_{t-1}):
+successive embedding spaces share their class directions. The loss (Eq. 3) adds an InfoNCE term
+between the new version (phi_t) and the previous one (phi_{t-1}):
 
     L = lambda * CE(dsimplex logits) + (1 - lambda) * L_nce(phi_t, phi_{t-1}),
     S_ij = mu <f_old_i, f_new_j>   (features L2-normalised),
-    L_nce = mean_i -log( exp(S_ii) / sum_j exp(S_ij) ),
 
 anchor the parent's feature of image i, positive the new feature of the same image, negatives
-the new features of other classes in the batch. Same-class entries j != i are not negatives:
-``variant="standard"`` (default) masks them out (-inf); ``variant="reference"`` reproduces the
-reference code, which zeroes S_ij instead, so each still adds exp(0) = 1 to the denominator.
-The paper's ablation uses mu ~ 10 and lambda ~ 0.1. A first version (no parent) trains on the CE
-alone, with weight 1.
+the new features of other classes in the batch (:func:`compat.functional.hoc_infonce`):
+
+- ``variant="reference"`` (default; the published code, Eq. 4): every same-class entry, the
+  diagonal included, is replaced by 0, and L_i = -S_ii + log sum_j exp(S'_ij): the positive is
+  not in the denominator;
+- ``variant="standard"``: InfoNCE, -log(exp(S_ii) / sum_j exp(S_ij)) with same-class negatives
+  j != i masked out.
+
+The paper and its code use mu = 10 and lambda = 0.1. A first version (no parent) trains on the
+CE alone, with weight 1.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from compat.errors import BadInputError
+from compat.functional.contrastive import hoc_infonce
 from compat.losses.base import CompatLoss, MethodParams, Step
 from compat.models.card import ModelCard
 
@@ -32,18 +36,7 @@ from compat.models.card import ModelCard
 class HOCParams(MethodParams):
     lam: float = 0.1
     mu: float = 10.0
-    variant: Literal["standard", "reference"] = "standard"
-
-
-def hoc_nce(
-    old: torch.Tensor, new: torch.Tensor, targets: torch.Tensor, mu: float, variant: str
-) -> torch.Tensor:
-    """L_nce with anchors ``old`` and keys ``new`` (both (n, d), L2-normalised)."""
-    s = mu * old @ new.T  # S_ij = mu <f_old_i, f_new_j>
-    same = targets[:, None] == targets[None, :]
-    same.fill_diagonal_(False)
-    s = s.masked_fill(same, float("-inf") if variant == "standard" else 0.0)
-    return F.cross_entropy(s, torch.arange(len(targets), device=s.device))
+    variant: Literal["reference", "standard"] = "reference"
 
 
 class HOC(CompatLoss):
@@ -76,11 +69,5 @@ class HOC(CompatLoss):
         p = self.params
         if step.old is None:  # a first version: nothing to be compatible with
             return {"head": step.head_loss}
-        nce = hoc_nce(
-            F.normalize(step.old.float(), dim=1),
-            F.normalize(step.new.float(), dim=1),
-            step.targets,
-            p.mu,
-            p.variant,
-        )
+        nce = hoc_infonce(step.new, step.old, step.targets, p.mu, p.variant)
         return {"head": p.lam * step.head_loss, "nce": (1.0 - p.lam) * nce}

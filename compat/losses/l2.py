@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
-from compat.losses.base import CompatLoss, MethodParams, Step, align_dims
+from compat.functional.regression import l2
+from compat.losses.base import CompatLoss, MethodParams, Step
 
 
 class L2Params(MethodParams):
@@ -30,8 +30,5 @@ class L2(CompatLoss):
     def forward(self, step: Step) -> dict[str, torch.Tensor]:
         p = self.params
         assert step.old is not None, "l2 needs the parent's embeddings of the batch"
-        new, old = align_dims(step.new.float(), step.old.float(), p.dim_mismatch)
-        if p.normalize:
-            new, old = F.normalize(new, dim=1), F.normalize(old, dim=1)
-        reg = 0.5 * (new - old).pow(2).sum(dim=1).mean()  # Eq. (3)
+        reg = l2(step.new, step.old, normalize=p.normalize, dim_mismatch=p.dim_mismatch)  # Eq. 3
         return {"head": step.head_loss, "l2": p.lam * reg}

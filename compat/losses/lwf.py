@@ -21,8 +21,8 @@ import copy
 import torch
 
 from compat.errors import BadInputError
+from compat.functional.distill import kd
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step, fit_width
-from compat.losses.bct_kd import kd_loss
 from compat.models.card import ModelCard
 from compat.models.heads import Head
 
@@ -64,5 +64,5 @@ class LwF(CompatLoss):
         assert self.teacher is not None
         teacher = self.teacher(step.old)
         new = fit_width(step.new, self.old_head.dim)
-        kd = kd_loss(self.old_head(new), teacher, self.params.temperature)
-        return {"head": step.head_loss, "lwf": self.params.lam * kd}
+        distil = kd(self.old_head(new), teacher, self.params.temperature)
+        return {"head": step.head_loss, "lwf": self.params.lam * distil}

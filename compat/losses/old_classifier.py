@@ -14,22 +14,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from compat.errors import BadInputError
-from compat.losses.base import MethodContext, fit_width
+from compat.functional.align import fit_width
+from compat.functional.influence import bct_influence
+from compat.functional.prototypes import class_means, synthesized_rows
+from compat.losses.base import MethodContext
 from compat.models.heads import DSimplex, Head, Softmax
-
-
-def class_means(features: torch.Tensor, labels: torch.Tensor, num: int) -> torch.Tensor:
-    """(num, d) mean feature of each label 0..num-1 (zero rows for absent labels)."""
-    sums = torch.zeros(num, features.shape[1], dtype=features.dtype, device=features.device)
-    sums.index_add_(0, labels, features)
-    counts = torch.bincount(labels, minlength=num).clamp(min=1).to(features.dtype)
-    return sums / counts[:, None]
 
 
 class OldClassifier(nn.Module):
     """Frozen old classifier over the new class order; built by :meth:`build` in ``prepare``.
 
-    ``old_index[c]`` is the old-classifier row of new class ``c`` (-1: dropped). ``head`` scores
+    ``old_index[c]`` is the old-classifier row of new class ``c`` (-1: dropped); rows below
+    ``num_parent`` are classes the parent was trained on. ``head`` scores
     new embeddings (columns aligned to the new dim by ``dim_mismatch``); ``teacher`` scores parent
     embeddings (the parent's own dim), for KD-style terms.
     """
@@ -42,6 +38,7 @@ class OldClassifier(nn.Module):
         self.teacher: Head | None = None
         self.register_buffer("old_index", torch.empty(0, dtype=torch.long))
         self.num_synthesized = 0
+        self.num_parent = 0
 
     def build(self, ctx: MethodContext) -> None:
         parent = ctx.parent
@@ -51,6 +48,7 @@ class OldClassifier(nn.Module):
         weight = old_head.weight_matrix().detach().float()
         bias = old_head.fc.bias.detach().float() if isinstance(old_head, Softmax) else None
         parent_pos = {c: i for i, c in enumerate(parent.classes)}
+        self.num_parent = len(parent.classes)
         index = torch.full((len(ctx.classes),), -1, dtype=torch.long)
         new_cls = [c for c, name in enumerate(ctx.classes) if name not in parent_pos]
         for c, name in enumerate(ctx.classes):
@@ -89,11 +87,10 @@ class OldClassifier(nn.Module):
         rows = torch.nonzero(slot[ctx.targets] >= 0).flatten()
         # Un-augmented images, embedded once per run by the frozen parent.
         feats = ctx.parent.features(ctx.images[rows], key="bct-synthesize").cpu()
-        means = class_means(feats, slot[ctx.targets[rows]], len(new_cls))
-        synth = F.normalize(means, dim=1)
+        # A softmax classifier's rows are not unit vectors: match the old rows' mean norm.
+        norm = float(weight.norm(dim=1).mean()) if bias is not None else 1.0
+        synth = synthesized_rows(feats, slot[ctx.targets[rows]], len(new_cls), norm=norm)
         if bias is not None:
-            # A softmax classifier's rows are not unit vectors: match the old rows' mean norm.
-            synth = synth * weight.norm(dim=1).mean()
             bias = torch.cat([bias, bias.mean().expand(len(new_cls))])
         index[new_cls] = k_old + torch.arange(len(new_cls))
         self.num_synthesized = len(new_cls)
@@ -110,13 +107,11 @@ class OldClassifier(nn.Module):
         Samples whose class has no old row are dropped; the mean is over the kept samples.
         """
         assert self.head is not None
-        old_targets = self.old_index[targets]
-        keep = (old_targets >= 0).float()
-        # Masked mean instead of boolean indexing: no host-device sync on a GPU.
-        safe = old_targets.clamp(min=0)
-        per_sample = F.cross_entropy(self.head(self.align(new), safe), safe, reduction="none")
-        return (per_sample * keep).sum() / keep.sum().clamp(min=1.0)
+        return bct_influence(new, self.old_index[targets], self.head)
 
 
 def _to(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if t is None else t.to(device)
+
+
+__all__ = ["OldClassifier", "class_means"]

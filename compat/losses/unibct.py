@@ -30,8 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compat.functional.prototypes import (
+    refine_closed_form,
+    refined_prototypes,
+    unibct_prototypes,
+)
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step, fit_width
-from compat.losses.old_classifier import class_means
 from compat.models.heads import ArcFace
 from compat.models.parent import embed_images
 
@@ -46,48 +50,6 @@ class UniBCTParams(MethodParams):
     m: float = 0.2
     refresh_at: list[int] | None = None
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
-
-
-def refine_closed_form(
-    new_feats: torch.Tensor, old_feats: torch.Tensor, lambda_r: float, tau: float
-) -> torch.Tensor:
-    """V_inf = (1 - lambda_r) (I - lambda_r E)^-1 V0 for one class, batched over a leading dim.
-
-    new_feats: (..., m, d_new) normalised; old_feats: (..., m, d_old). Returns (..., m, d_old).
-    """
-    m = new_feats.shape[-2]
-    if m < 2:
-        return old_feats  # a single node has no neighbours: V_inf = V0
-    a = new_feats @ new_feats.transpose(-1, -2) / tau
-    eye = torch.eye(m, dtype=torch.bool, device=a.device)
-    e = torch.softmax(a.masked_fill(eye, float("-inf")), dim=-1)
-    system = torch.eye(m, dtype=a.dtype, device=a.device) - lambda_r * e
-    return (1.0 - lambda_r) * torch.linalg.solve(
-        system, old_feats
-    )  # V_inf: the fixed point in closed form
-
-
-def refined_prototypes(
-    new_feats: torch.Tensor,
-    old_feats: torch.Tensor,
-    labels: torch.Tensor,
-    num_classes: int,
-    lambda_r: float,
-    tau: float,
-) -> torch.Tensor:
-    """(num_classes, d_old) normalised refined prototypes; classes of equal size solve together."""
-    out = torch.zeros(num_classes, old_feats.shape[1], dtype=old_feats.dtype)
-    order = torch.argsort(labels, stable=True)
-    counts = torch.bincount(labels, minlength=num_classes)
-    starts = torch.cumsum(counts, 0) - counts
-    for size in torch.unique(counts).tolist():
-        if size == 0:
-            continue
-        cls = torch.nonzero(counts == size).flatten()
-        rows = order[starts[cls][:, None] + torch.arange(size)[None, :]]  # (c, size)
-        v = refine_closed_form(new_feats[rows].double(), old_feats[rows].double(), lambda_r, tau)
-        out[cls] = v.mean(dim=1).to(out.dtype)
-    return F.normalize(out, dim=1)
 
 
 class UniBCT(CompatLoss):
@@ -109,12 +71,16 @@ class UniBCT(CompatLoss):
     def build_prototypes(self, ctx: MethodContext, new_feats: torch.Tensor | None) -> torch.Tensor:
         assert ctx.parent is not None
         old = ctx.parent.features(ctx.images, key="train", batch_size=ctx.embed_batch_size).cpu()
-        labels = ctx.targets.cpu()
-        if self.params.prototypes == "vanilla":
-            return F.normalize(class_means(old, labels, len(ctx.classes)), dim=1)
-        graph_feats = old if new_feats is None else new_feats.cpu()
         p = self.params
-        return refined_prototypes(graph_feats, old, labels, len(ctx.classes), p.lambda_r, p.tau)
+        return unibct_prototypes(
+            old,
+            ctx.targets.cpu(),
+            len(ctx.classes),
+            new=None if new_feats is None else new_feats.cpu(),
+            refine=p.prototypes == "refined",
+            lambda_r=p.lambda_r,
+            tau=p.tau,
+        )
 
     def prepare(self, ctx: MethodContext) -> None:
         self.refresh_epochs = self._refresh_schedule(ctx.epochs)
@@ -150,3 +116,6 @@ class UniBCT(CompatLoss):
         new = fit_width(step.new, self.arc.dim)
         influence = F.cross_entropy(self.arc(new, step.targets), step.targets)
         return {"head": step.head_loss, "influence": self.params.lam * influence}
+
+
+__all__ = ["UniBCT", "UniBCTParams", "refine_closed_form", "refined_prototypes"]

@@ -10,9 +10,10 @@ cos(theta_j) = <f, w_j>, and a head only decides what happens to the target logi
 - arcface (Deng et al., CVPR 2019, "ArcFace", Eq. 3): target logit s cos(theta_y + m), with the
   insightface threshold fallback when theta_y + m > pi.
 - dsimplex (Biondi et al., "Stationary Representations"; Pernici et al., "Regular Polytope
-  Networks"): a fixed, non-trainable classifier of K = dim + 1 unit vectors with equal pairwise
-  angles; K is pre-allocated, so classes that a later version adds already own a direction. Used as
-  a fixed-weight CosFace (scale s, cosine margin m).
+  Networks"): a fixed, non-trainable classifier W of K = dim + 1 unit vectors with equal pairwise
+  angles; K is pre-allocated, so classes that a later version adds already own a direction.
+  ``form="linear"`` (default, the paper and its code): logits = W z on the unnormalised feature z,
+  plain cross-entropy; ``form="margin"``: a fixed-weight CosFace (scale s, cosine margin m).
 
 Heads compute in float32 even under bf16 autocast: margins on bf16 cosines (3 significant
 digits) would be mostly rounding.
@@ -219,18 +220,52 @@ def simplex_vertices(k: int) -> torch.Tensor:
     return F.normalize(rows, dim=1).float()
 
 
+DSIMPLEX_FORMS = ("linear", "margin")
+
+
+class FixedLinearHead(Head):
+    """Frozen weights, logits = W f on the raw feature (the old classifier of a linear d-Simplex)."""
+
+    def __init__(self, name: str, weight: torch.Tensor) -> None:
+        super().__init__(weight.shape[1], weight.shape[0])
+        self.name = name
+        self.register_buffer("weight", weight)
+
+    def weight_matrix(self) -> torch.Tensor:
+        return self.weight
+
+    def logits(self, emb: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(emb, self.weight)
+
+    def frozen_copy(
+        self, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None
+    ) -> Head:
+        w = (self.weight if weight is None else weight).detach().clone()
+        return FixedLinearHead(self.name, w).requires_grad_(False)
+
+
 @HEADS.register("dsimplex")
 class DSimplex(MarginHead):
     """A fixed d-Simplex classifier: K = dim + 1 pre-allocated classes, never trained.
 
+    ``form="linear"`` (default; Biondi et al. and their code): logits = W z with the unnormalised
+    feature z and the fixed vertices W, trained with plain cross-entropy; ``s`` and ``m`` are
+    ignored. ``form="margin"``: normalised features, logits s cos(theta_j), target s (cos - m).
     Logits cover all K vertices, so the directions of classes not seen yet act as negatives and
     stay free for the versions that add them. ``num_classes`` (the classes seen) must be <= K.
     """
 
     name = "dsimplex"
 
-    def __init__(self, dim: int, num_classes: int, s: float = 16.0, m: float = 0.0) -> None:
+    def __init__(
+        self, dim: int, num_classes: int, s: float = 16.0, m: float = 0.0, form: str = "linear"
+    ) -> None:
         super().__init__(dim, num_classes, s, m)
+        if form not in DSIMPLEX_FORMS:
+            raise BadInputError(
+                f"head: dsimplex form must be one of {', '.join(DSIMPLEX_FORMS)}, got {form!r}"
+            )
+        self.form = form
         k = dim + 1
         if num_classes > k:
             raise BadInputError(
@@ -246,8 +281,26 @@ class DSimplex(MarginHead):
     def weight_matrix(self) -> torch.Tensor:
         return self.weight
 
+    def params(self) -> dict[str, Any]:
+        if self.form == "linear":
+            return {"form": "linear"}
+        return {"form": "margin", "s": self.s, "m": self.m}
+
     def margin(self, cos_target: torch.Tensor) -> torch.Tensor:
         return cos_target - self.m
+
+    def logits(self, emb: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        if self.form == "linear":
+            return F.linear(emb, self.weight)  # W z: no normalisation, scale or margin
+        return super().logits(emb, targets)
+
+    def frozen_copy(
+        self, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None
+    ) -> Head:
+        if self.form == "linear":
+            w = (self.weight if weight is None else weight).detach().clone()
+            return FixedLinearHead(self.name, w).requires_grad_(False)
+        return super().frozen_copy(weight, bias)
 
 
 @HEADS.register("softmax")
@@ -281,10 +334,12 @@ class Softmax(Head):
 def create_head(name: str, dim: int, num_classes: int, **kwargs: Any) -> Head:
     """Build a head by name; an unknown name raises UsageError listing the known ones.
 
-    Keyword arguments a head does not take (``m`` for normface, ``s``/``m`` for softmax) are
-    accepted and ignored, so one params section serves every head.
+    Keyword arguments a head does not take (``m`` for normface, ``s``/``m`` for softmax, ``form``
+    for all but dsimplex) are accepted and ignored, so one params section serves every head.
     """
     factory = HEADS.get(name)
+    if name != "dsimplex":
+        kwargs.pop("form", None)
     if name in ("softmax", "normface"):
         kwargs = {k: v for k, v in kwargs.items() if k not in ("m", "easy_margin")}
     if name in ("softmax", "dsimplex", "cosface"):
@@ -300,6 +355,7 @@ __all__ = [
     "ArcFace",
     "CosFace",
     "DSimplex",
+    "FixedLinearHead",
     "Head",
     "MarginHead",
     "NormFace",

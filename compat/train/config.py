@@ -43,8 +43,13 @@ class TrainConfig(BaseModel):
     dim: int = Field(128, ge=1)
     head: str = "cosface"
     s: float = Field(16.0, gt=0, description="scale of the normalised heads")
-    m: float = Field(0.2, ge=0, description="margin (cosface, arcface, dsimplex)")
+    m: float = Field(0.2, ge=0, description="margin (cosface, arcface, dsimplex margin form)")
     easy_margin: bool = Field(False, description="arcface: margin only where cos > 0")
+    dsimplex_form: Literal["linear", "margin"] = Field(
+        "linear",
+        description="dsimplex: linear (the paper: logits W z, z unnormalised, plain CE) or margin "
+        "(a fixed-weight CosFace with s and m)",
+    )
 
     # compatibility
     method: str = "independent"
@@ -109,6 +114,8 @@ class TrainConfig(BaseModel):
         params: dict[str, Any] = {"s": self.s, "m": self.m}
         if self.head == "arcface":
             params["easy_margin"] = self.easy_margin
+        if self.head == "dsimplex":
+            params["form"] = self.dsimplex_form
         return params
 
 

@@ -65,6 +65,6 @@ def test_gradient_reaches_only_what_it_should(method):
         assert trainable == [], trainable
     for k, v in parent.model.state_dict().items():
         assert torch.equal(v, parent_before[k]), k  # BN stats too: the parent ran in eval mode
-    # bct (classification form) must never run the parent backbone per batch
-    if method in ("bct", "bict", "independent", "unibct"):
+    # bct must never run the parent backbone per batch (bict's default, regression, must)
+    if method in ("bct", "independent", "unibct"):
         assert not loss.needs_parent_forward

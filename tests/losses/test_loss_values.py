@@ -125,16 +125,46 @@ def test_bct_softmax_parent_synthesized_rows_match_old_norms():
     assert torch.allclose(loss.old.head.fc.weight[2], torch.tensor([2 * R, 2 * R]), atol=1e-6)
 
 
-def test_bct_kd_matches_hand_computed_kl():
+def kl(teacher, student, t=1.0):
+    """T^2 KL(softmax(teacher / T) || softmax(student / T)) by hand."""
+    zt = sum(math.exp(v / t) for v in teacher)
+    zs = sum(math.exp(v / t) for v in student)
+    p = [math.exp(v / t) / zt for v in teacher]
+    q = [math.exp(v / t) / zs for v in student]
+    return t * t * sum(a * math.log(a / b) for a, b in zip(p, q, strict=True))
+
+
+def bct_kd_setup(params):
     parent = pixel_parent(["a", "b"], OLD_W, s=2.0, m=0.5)
-    ctx = context(parent, ["a", "b"], pixels((0, 0)), ["a"])
-    for t, expected in ((1.0, (0.880797 - 0.119203) * 2), (2.0, (0.731059 - 0.268941) * 1 * 4)):
-        loss = create_loss("bct-kd", {"temperature": t})
-        loss.prepare(ctx)
-        parts = loss(step([[0.0, 1.0]], [0], [[1.0, 0.0]]))
-        assert parts["kd"].item() == pytest.approx(expected, rel=1e-4)
-    same = loss(step([[1.0, 0.0]], [0], [[1.0, 0.0]]))
-    assert same["kd"].item() == pytest.approx(0.0, abs=1e-6)
+    ctx = context(parent, ["a", "b", "c"], pixels((0, 0)), ["a"])
+    loss = create_loss("bct-kd", params)
+    loss.prepare(ctx)
+    return loss
+
+
+def test_bct_kd_old_classes_take_the_influence_loss():
+    loss = bct_kd_setup({"lam": 0.5})
+    assert loss.old.old_index.tolist() == [0, 1, -1] and loss.old.num_parent == 2
+    # class a: CE through the old cosface (s 2, m 0.5), whatever the parent's embedding says
+    parts = loss(step([[0.0, 1.0]], [0], [[1.0, 0.0]]))
+    assert parts["kd"].item() == pytest.approx(0.5 * ce([2 * (0.0 - 0.5), 2 * 1.0], 0), rel=1e-5)
+    same = loss(step([[1.0, 0.0]], [0], [[0.0, 1.0]]))
+    assert same["kd"].item() == pytest.approx(0.5 * ce([2 * 0.5, 0.0], 0), rel=1e-5)
+
+
+def test_bct_kd_new_classes_are_distilled_on_the_old_softmax():
+    for t in (1.0, 2.0):
+        loss = bct_kd_setup({"temperature": t})
+        # class c (new): KD between the old classifier's plain logits of old and new embeddings
+        parts = loss(step([[0.0, 1.0]], [2], [[1.0, 0.0]]))
+        assert parts["kd"].item() == pytest.approx(kl([2.0, 0.0], [0.0, 2.0], t), rel=1e-4)
+        same = loss(step([[1.0, 0.0]], [2], [[1.0, 0.0]]))
+        assert same["kd"].item() == pytest.approx(0.0, abs=1e-6)
+    # a mixed batch is the mean of the per-sample terms
+    loss = bct_kd_setup({})
+    mixed = loss(step([[0.0, 1.0], [0.0, 1.0]], [0, 2], [[1.0, 0.0], [1.0, 0.0]]))
+    expected = (ce([-1.0, 2.0], 0) + kl([2.0, 0.0], [0.0, 2.0])) / 2
+    assert mixed["kd"].item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_lwf_distils_into_a_trainable_copy():
@@ -174,12 +204,19 @@ def test_contrastive_infonce():
     assert same_class["contrastive"].item() == pytest.approx(0.0, abs=1e-6)
 
 
-def test_bict_cosine_and_classification_forms():
+def test_bict_regression_is_the_default_and_the_classification_form_stays():
+    reg = create_loss("bict", {"lam": 2.0})
+    assert reg.params.form == "regression"
+    assert reg.needs_parent_forward and not reg.needs_parent_head
+    parts = reg(step([[2.0, 0.0]], [0], [[0.0, 3.0]]))  # normalised: 0.5 * ||(1,0) - (0,1)||^2
+    assert parts["backward"].item() == pytest.approx(2.0 * 1.0, rel=1e-6)
+    raw = create_loss("bict", {"normalize": False})(step([[2.0, 0.0]], [0], [[0.0, 3.0]]))
+    assert raw["backward"].item() == pytest.approx(0.5 * 13.0, rel=1e-6)
     cos = create_loss("bict", {"form": "cosine", "lam": 2.0})
     assert cos.needs_parent_forward and not cos.needs_parent_head
     parts = cos(step([[1.0, 0.0]], [0], [[1.0, 1.0]]))
     assert parts["backward"].item() == pytest.approx(2.0 * (1 - R), rel=1e-5)
-    cls = create_loss("bict", {"new_classes": "drop"})
+    cls = create_loss("bict", {"form": "classification", "new_classes": "drop"})
     assert cls.needs_parent_head and not cls.needs_parent_forward
     parent = pixel_parent(["a", "b"], OLD_W, s=2.0, m=0.5)
     cls.prepare(context(parent, ["a", "b"], pixels((0, 0)), ["a"]))
@@ -191,13 +228,16 @@ def test_hoc_standard_and_reference_variants():
     new = [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
     old = [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]
     e = math.e
+    # S_ij = <old_i, new_j> = [[1, 0, 0], [1, 0, 0], [0, 1, 1]]; rows 0, 1 are class 0
     standard = (math.log(1 + 1 / e) + math.log(2) + math.log(1 + 2 * e) - 1) / 3
-    reference = (math.log(e + 2) - 1 + math.log(3) + math.log(1 + 2 * e) - 1) / 3
+    # reference: same-class entries (diagonal included) -> 0; minus S_ii outside the log
+    reference = (math.log(3) - 1 + math.log(3) + math.log(2 + e) - 1) / 3
     for variant, expected in (("standard", standard), ("reference", reference)):
         loss = create_loss("hoc", {"mu": 1.0, "lam": 0.25, "variant": variant})
         parts = loss(step(new, [0, 0, 1], old))
         assert parts["nce"].item() == pytest.approx(0.75 * expected, rel=1e-5)
         assert parts["head"].item() == pytest.approx(0.25 * 0.25)
+    assert create_loss("hoc").params.variant == "reference"  # the published loss by default
     first = create_loss("hoc")(step(new, [0, 0, 1]))  # no parent: CE alone
     assert first == {"head": HEAD_LOSS}
 

@@ -106,10 +106,46 @@ def test_dsimplex_head_is_fixed_and_preallocated():
     assert list(head.parameters()) == []
     assert "weight" in dict(head.named_buffers())
     assert head.capacity == 4
+    assert head.params() == {"form": "linear"}  # the paper's form is the default
+
+
+def test_dsimplex_default_is_the_papers_linear_form():
+    # logits = W z on the unnormalised z: a vertex scaled by 7 gives 7 * cosines, target or not
+    head = create_head("dsimplex", 3, 2, s=16.0, m=0.2)  # s and m do not apply
     f = simplex_vertices(4)[1:2] * 7.0
-    logits = head(f)
-    assert logits.shape == (1, 4)  # all K vertices, not just the 2 classes seen
-    assert torch.allclose(logits, torch.tensor([[-1 / 3, 1.0, -1 / 3, -1 / 3]]), atol=1e-6)
+    expected = torch.tensor([[-7 / 3, 7.0, -7 / 3, -7 / 3]])
+    assert head(f).shape == (1, 4)  # all K vertices, not just the 2 classes seen
+    assert torch.allclose(head(f), expected, atol=1e-5)
+    assert torch.allclose(head(f, torch.tensor([1])), expected, atol=1e-5)  # no margin
+    loss = head.loss(f / 7.0 * 0.6, torch.tensor([1]))  # logits 0.6 and -0.2
+    plain = -0.6 + math.log(math.exp(0.6) + 3 * math.exp(-0.2))  # plain cross-entropy
+    assert loss.item() == pytest.approx(plain, rel=1e-5)
+    frozen = head.frozen_copy(simplex_vertices(4)[:3])  # an old classifier: still linear
+    assert torch.allclose(frozen(f, torch.tensor([1])), expected[:, :3], atol=1e-5)
+
+
+def test_dsimplex_margin_form_is_a_fixed_cosface():
+    head = create_head("dsimplex", 3, 2, s=2.0, m=0.5, form="margin")
+    assert head.params() == {"form": "margin", "s": 2.0, "m": 0.5}
+    f = simplex_vertices(4)[1:2] * 7.0  # the norm does not matter
+    third = -1 / 3
+    assert torch.allclose(head(f), 2.0 * torch.tensor([[third, 1.0, third, third]]), atol=1e-6)
+    out = head(f, torch.tensor([1]))
+    assert torch.allclose(out, 2.0 * torch.tensor([[third, 0.5, third, third]]), atol=1e-6)
+    frozen = head.frozen_copy()
+    assert torch.allclose(frozen(f, torch.tensor([1])), out, atol=1e-6)
+    with pytest.raises(BadInputError, match="form must be one of linear, margin"):
+        create_head("dsimplex", 3, 2, form="cosine")
+
+
+def test_dsimplex_form_from_the_train_config():
+    from compat.train.config import TrainConfig
+
+    assert TrainConfig(head="dsimplex").head_params()["form"] == "linear"
+    margin = TrainConfig(head="dsimplex", dsimplex_form="margin").head_params()
+    assert create_head("dsimplex", 3, 2, **margin).params() == {"form": "margin", "s": 16.0,
+                                                              "m": 0.2}  # fmt: skip
+    assert "form" not in TrainConfig(head="cosface").head_params()
 
 
 def test_dsimplex_refuses_more_classes_than_vertices():
