@@ -13,7 +13,7 @@ def dsimplex_vertices(
     k: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """(K, K - 1) unit vectors with pairwise cosine -1/(K - 1): the d-Simplex classifier W."""
-    return simplex_vertices(k).to(dtype=dtype, device=device)
+    return simplex_vertices(k, dtype).to(device=device)
 
 
 def dsimplex_logits(features: torch.Tensor, vertices: torch.Tensor | None = None) -> torch.Tensor:

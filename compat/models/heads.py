@@ -203,7 +203,7 @@ class ArcFace(LearnedMarginHead):
         return torch.where(cos_target > self.th, phi, cos_target - self.mm)
 
 
-def simplex_vertices(k: int) -> torch.Tensor:
+def simplex_vertices(k: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """K unit vectors in R^(K-1) with pairwise cosine -1/(K-1) (a regular simplex).
 
     Construction (d = K - 1): rows e_1..e_d of the identity plus the row (1 - sqrt(d+1))/d * 1,
@@ -217,7 +217,7 @@ def simplex_vertices(k: int) -> torch.Tensor:
         [torch.eye(d, dtype=torch.float64), torch.full((1, d), (1.0 - math.sqrt(d + 1)) / d)]
     )
     rows = rows - rows.mean(dim=0, keepdim=True)
-    return F.normalize(rows, dim=1).float()
+    return F.normalize(rows, dim=1).to(dtype)
 
 
 DSIMPLEX_FORMS = ("linear", "margin")
