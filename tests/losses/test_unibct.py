@@ -65,8 +65,10 @@ def test_refined_prototype_downweights_an_outlier():
 
 def test_refresh_schedule_and_refresh_replaces_prototypes():
     parent = pixel_parent(["x"], [[1.0, 0.0]])
+    # class a: three images whose parent embeddings (the pixels, normalised) are p1 = (1, 1),
+    # p2 = (1, -1), p3 = (-1, 1) over sqrt(2): p1 is orthogonal to both, p2 = -p3
     images = pixels((255, 255), (255, 0), (0, 255), (0, 0))
-    ctx = context(parent, ["a", "b"], images, ["a", "a", "b", "b"])
+    ctx = context(parent, ["a", "b"], images, ["a", "a", "a", "b"])
     ctx.epochs = 35
     loss = create_loss("unibct")
     loss.prepare(ctx)
@@ -74,16 +76,26 @@ def test_refresh_schedule_and_refresh_replaces_prototypes():
     assert create_loss("unibct", {"prototypes": "vanilla"})._refresh_schedule(35) == []
     assert create_loss("unibct", {"refresh_at": [3, 1]})._refresh_schedule(35) == [1, 3]
 
-    class Rotated(torch.nn.Module):  # a "new model" whose features differ from the parent's
+    class Merged(torch.nn.Module):  # a "new model" whose graph differs from the parent's
         dim = 2
 
-        def forward(self, x):
-            return x.flatten(1) @ torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+        def forward(self, x):  # (x0, 1): images 1 and 2 coincide, image 3 is orthogonal to them
+            v = x.flatten(1)
+            return torch.stack([v[:, 0], torch.ones_like(v[:, 0])], dim=1)
 
-    ctx.model = Rotated()
+    ctx.model = Merged()
     before = loss.prototypes.clone()
+    old = F.normalize(torch.tensor([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0]], dtype=torch.float64))
+    # at prepare, the parent's own graph stands in for the new model's
+    assert torch.allclose(
+        before[0].double(), F.normalize(iterate(old, old, 0.9, 0.05).mean(0), dim=0), atol=1e-5
+    )
     loss.on_epoch_start(5, ctx)
     assert torch.equal(loss.prototypes, before)  # not a refresh epoch
     loss.on_epoch_start(10, ctx)
-    assert loss.prototypes.shape == before.shape
+    new = F.normalize(torch.tensor([[1.0, 1.0], [1.0, 1.0], [-1.0, 1.0]], dtype=torch.float64))
+    expected = F.normalize(iterate(new, old, 0.9, 0.05).mean(0), dim=0)
+    assert not torch.allclose(loss.prototypes[0], before[0], atol=1e-2)  # the refresh changed it
+    assert torch.allclose(loss.prototypes[0].double(), expected, atol=1e-5)
+    assert torch.equal(loss.prototypes[1], before[1])  # a one-image class keeps its feature
     assert parent.forward_calls == 1  # parent features stay cached across refreshes
