@@ -140,7 +140,8 @@ class TwoVersion(_Scenario):
     - open-data: old = ``old_fraction`` of the images; new = the other images, same classes.
     - extended-class: old = ``old_fraction`` of the classes; new = all classes.
     - open-class: old = ``old_fraction`` of the classes; new = the other classes.
-    - identical-data: new = old = everything.
+    - identical-data: new = old = ``old_fraction`` of the images of every class (UniBCT: both
+      versions train on the same data, the old version's share).
     """
 
     kind: Literal["extended-data", "open-data", "extended-class", "open-class", "identical-data"]
@@ -154,15 +155,15 @@ class TwoVersion(_Scenario):
     def assign(self, pool: Pool) -> TrainSets:
         classes = list(pool)
         everything = [i for c in classes for i in pool[c]]
-        if self.kind == "identical-data":
-            return {self.old: (everything, classes), self.new: (list(everything), classes)}
-        if self.kind in ("extended-data", "open-data"):
+        if self.kind in ("extended-data", "open-data", "identical-data"):
             if any(len(v) < 2 for v in pool.values()) and self.kind == "open-data":
                 raise ValueError("open-data needs at least 2 images in every training class")
             cut = {c: _take(len(v), self.old_fraction) for c, v in pool.items()}
             if self.kind == "open-data":
                 cut = {c: min(k, len(pool[c]) - 1) for c, k in cut.items()}
             old = [i for c in classes for i in pool[c][: cut[c]]]
+            if self.kind == "identical-data":
+                return {self.old: (old, classes), self.new: (list(old), classes)}
             new = (
                 everything
                 if self.kind == "extended-data"
@@ -226,11 +227,11 @@ class TwoVersion(_Scenario):
                 ClassPrefix(a=o, b=n, why=why),
                 Subset(a=o, b=n, unit="items", why=why),
             ]
-        return [  # identical-data
+        return [  # identical-data: the old version's share of every class, for both
             ClassCount(a=o, why=why, count=every),
             ClassCount(a=n, why=why, count=every),
-            ItemsPerClass(a=o, why=why, share=every),
-            ItemsPerClass(a=n, why=why, share=every),
+            ItemsPerClass(a=o, why=why, share=Share(fraction=f)),
+            ItemsPerClass(a=n, why=why, share=Share(fraction=f)),
             Equal(a=n, b=o, unit="classes", why=why),
             ClassPrefix(a=o, b=n, why=why),
             Equal(a=n, b=o, unit="items", why=why),

@@ -21,14 +21,61 @@ pools = st.builds(_pool, st.integers(2, 30), st.integers(2, 12))
 fractions = st.floats(0.05, 0.95)
 
 
+def implied(n: int, frac: float) -> int:
+    """The size a fraction of n things implies: frac * n to the nearest integer (halves to even,
+    as Python rounds), kept in 1..n."""
+    return min(n, max(1, round(frac * n)))
+
+
+def _per_class(ids: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in ids:
+        c = i.split("/")[0]
+        out[c] = out.get(c, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "old_per_class", "new_per_class", "old_classes", "new_classes"),
+    [  # 10 classes of 10 images, old_fraction 0.3
+        ("extended-data", 3, 10, 10, 10),
+        ("open-data", 3, 7, 10, 10),
+        ("extended-class", 10, 10, 3, 10),
+        ("open-class", 10, 10, 3, 7),
+        ("identical-data", 3, 3, 10, 10),  # UniBCT: both versions on the old version's share
+    ],
+)
+def test_two_version_sizes_by_hand(kind, old_per_class, new_per_class, old_classes, new_classes):
+    sets = TwoVersion(kind=kind, old_fraction=0.3).assign(_pool(10, 10))
+    (old, old_cls), (new, new_cls) = sets["old"], sets["new"]
+    assert (len(old_cls), len(new_cls)) == (old_classes, new_classes)
+    assert set(_per_class(old).values()) == {old_per_class}
+    assert set(_per_class(new).values()) == {new_per_class}
+    assert len(old) == old_classes * old_per_class and len(new) == new_classes * new_per_class
+
+
 @settings(max_examples=60, deadline=None)
 @given(pools, fractions)
 def test_two_version_scenarios(pool, frac):
     all_items = {i for v in pool.values() for i in v}
+    n_cls = len(pool)
+    per = len(next(iter(pool.values())))
     for kind in ("extended-data", "open-data", "extended-class", "open-class", "identical-data"):
         sets = TwoVersion(kind=kind, old_fraction=frac).assign(pool)
         (old, old_cls), (new, new_cls) = sets["old"], sets["new"]
         assert old and new
+        # the sizes the fraction implies (class-based kinds leave the new version one class;
+        # open-data leaves it one image per class)
+        if kind in ("extended-data", "identical-data"):
+            assert set(_per_class(old).values()) == {implied(per, frac)}
+        if kind == "open-data":
+            k = min(implied(per, frac), per - 1)
+            assert set(_per_class(old).values()) == {k}
+            assert set(_per_class(new).values()) == {per - k}
+        if kind in ("extended-class", "open-class"):
+            k = min(implied(n_cls, frac), n_cls - 1)
+            assert len(old_cls) == k
+            assert len(new_cls) == (n_cls if kind == "extended-class" else n_cls - k)
         assert len(set(old)) == len(old) and len(set(new)) == len(new)
         assert _classes(old) == set(old_cls) and _classes(new) == set(new_cls)
         if kind == "extended-data":
@@ -45,7 +92,7 @@ def test_two_version_scenarios(pool, frac):
             assert not set(old_cls) & set(new_cls)
             assert set(old_cls) | set(new_cls) == set(pool)
         if kind == "identical-data":
-            assert old == new
+            assert old == new and set(old_cls) == set(pool)
 
 
 @settings(max_examples=40, deadline=None)
@@ -59,6 +106,15 @@ def test_chain_is_nested(pool, fracs, unit):
     chain = Chain(kind="chain", unit=unit, fractions={f"v{k + 1}": f for k, f in enumerate(fracs)})
     sets = chain.assign(pool)
     names = chain.names()
+    per = len(next(iter(pool.values())))
+    for name, frac in chain.fractions.items():
+        ids, classes = sets[name]
+        if unit == "classes":
+            assert len(classes) == implied(len(pool), frac)
+            assert set(_per_class(ids).values()) == {per}
+        else:
+            assert len(classes) == len(pool)
+            assert set(_per_class(ids).values()) == {implied(per, frac)}
     for a, b in itertools.pairwise(names):
         assert set(sets[a][0]) <= set(sets[b][0])
         assert sets[b][1][: len(sets[a][1])] == sets[a][1]
