@@ -1,6 +1,8 @@
 """Compatibility methods, one module each, built by name: ``create_loss("bct", {"lam": 1.0})``.
 
-See :mod:`compat.losses.base` for what a method declares and implements.
+See :mod:`compat.losses.base` for what a method declares and implements. Each method's
+compatibility term is a pure tensor function of :mod:`compat.functional`; a method adds what the
+pipeline needs around it (the parent, its classifier re-indexed to the new classes, buffers).
 """
 
 from __future__ import annotations
