@@ -216,6 +216,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
         f"{CODE}/compat/train",
         f"{CODE}/compat/models",
         f"{CODE}/compat/losses",
+        f"{CODE}/compat/functional",
         f"{CODE}/compat/data",
         f"{CODE}/compat/io.py",
         "data",
