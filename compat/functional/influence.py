@@ -5,8 +5,8 @@ The old classifier may be a weight matrix (K, d_old) (logits = W x, plus ``bias`
 ``nn.Linear``, or one of compat's heads (:mod:`compat.models.heads`; a margin head keeps its
 margin rule, as BCT's influence loss is the old model's own training loss). The new embedding is
 fitted to the classifier's width by BCT's rule: its first d_old coordinates (zero-padded when
-narrower). Labels index the classifier's rows; a negative label marks a sample of a class the old
-classifier does not hold.
+narrower). Labels index the classifier's rows; a label outside them (negative, or past the last
+row) marks a sample of a class the old classifier does not hold.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def old_logits(
 def _influence_per_sample(
     new: torch.Tensor, labels: torch.Tensor, classifier: OldClassifier, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    safe = labels.clamp(min=0)
+    rows = classifier_rows(classifier)
+    safe = torch.where((labels >= 0) & (labels < rows), labels, 0)
     logits = old_logits(new, classifier, safe, bias)
     return F.cross_entropy(logits, safe, reduction="none")
 
@@ -73,12 +74,12 @@ def bct_influence(
 ) -> torch.Tensor:
     """BCT Eq. (8)'s influence term: the old classifier's cross-entropy on the new embeddings.
 
-    ``new`` (n, d_new); ``labels`` (n,) rows of the old classifier, negative for samples it has
-    no row for (left out: BCT's "drop"; synthesize rows with
+    ``new`` (n, d_new); ``labels`` (n,) rows of the old classifier; samples whose label is not a
+    row (negative, or >= its row count) are left out (BCT's "drop"; synthesize rows with
     :func:`compat.functional.synthesized_rows` to keep them). Mean over the kept samples; zero,
     still in the graph, when none is kept. The classifier is used as given: freeze it.
     """
-    keep = (labels >= 0).float()
+    keep = ((labels >= 0) & (labels < classifier_rows(old_classifier))).float()
     # A masked mean instead of boolean indexing: no host-device sync on a GPU.
     per_sample = _influence_per_sample(new, labels, old_classifier, bias)
     return (per_sample * keep).sum() / keep.sum().clamp(min=1.0)

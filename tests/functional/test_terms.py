@@ -124,6 +124,8 @@ def test_bct_influence_with_a_weight_matrix_a_linear_and_a_head():
     assert CF.bct_influence(new, labels, cos).item() == pytest.approx(hand_c, rel=1e-5)
     none = CF.bct_influence(new[2:], labels[2:], torch.tensor(W))
     assert none.item() == 0.0
+    past = CF.bct_influence(new, torch.tensor([0, 1, 7]), torch.tensor(W))  # 7: no such row
+    assert past.item() == pytest.approx(hand, rel=1e-6)
 
 
 def kl(p_logits, q_logits, temp=1.0):
