@@ -143,10 +143,13 @@ def _check_images(root: Path, items: list[Item], size: int, channels: int) -> st
     for item in items:
         path = root / item.id
         try:
+            read_image(path, size, channels)  # names the file and what is wrong with it
             data = path.read_bytes()
-            read_image(path, size, channels)
-        except (BadInputError, NotFoundError, OSError) as err:
+        except (BadInputError, NotFoundError) as err:
             bad.append(str(err))
+            continue
+        except OSError as err:
+            bad.append(f"{path}: {err.strerror or err}")
             continue
         digest.update(f"{item.id}\0{item.label}\0{item.group}\0".encode())
         digest.update(hashlib.sha256(data).digest())
