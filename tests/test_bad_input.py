@@ -176,6 +176,12 @@ def _empty_class(tmp: Path) -> list[str]:
     return _folder_params(tmp)
 
 
+def _source_not_json(tmp: Path) -> list[str]:
+    (tmp / "data").mkdir()
+    (tmp / "data" / "source.json").write_bytes(b'{"kind": "\xff"')
+    return ["data", "info"]
+
+
 def _malformed_source(tmp: Path) -> list[str]:
     (tmp / "data").mkdir()
     (tmp / "data" / "source.json").write_text(json.dumps({"kind": "folder"}))
@@ -294,6 +300,8 @@ WORKING = [
          ("no.npz: file not found",)),
     Case("unknown-protocol-option", "cli", lambda t: [*_score(t), "-p", "rank"], 2,
          ("unknown protocol 'rank'; known: identification",)),
+    Case("source-not-utf8", "cli", _source_not_json, 4,
+         ("data/source.json: malformed source description (not UTF-8)",)),
     Case("source-malformed", "cli", _malformed_source, 4,
          ("data/source.json: malformed source description",)),
 ]  # fmt: skip

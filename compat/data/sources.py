@@ -313,5 +313,11 @@ def open_source(path: str | os.PathLike[str] = f"data/{SOURCE_FILE}") -> Source:
             root,
             images,
         )
+    except UnicodeDecodeError:
+        raise BadInputError(f"{path}: malformed source description (not UTF-8)") from None
+    except json.JSONDecodeError as err:
+        raise BadInputError(
+            f"{path}: malformed source description (not JSON: {err.msg} at line {err.lineno})"
+        ) from None
     except (KeyError, ValueError, TypeError) as err:
         raise BadInputError(f"{path}: malformed source description ({err!r})") from None
