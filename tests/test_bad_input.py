@@ -155,6 +155,17 @@ def _symlink_class_escapes(tmp: Path) -> list[str]:
     return _folder_params(tmp)
 
 
+def _params_folder(tmp: Path) -> list[str]:
+    (tmp / "params.yaml").mkdir()
+    return ["--params", "params.yaml"]
+
+
+def _data_is_a_file(tmp: Path) -> list[str]:
+    _folder(tmp / "imgs")
+    (tmp / "data").write_text("not a folder")
+    return _folder_params(tmp)
+
+
 # -- setups of cases that already worked --------------------------------------------------------
 
 
@@ -222,6 +233,10 @@ FIXED = [
          ("params.yaml: (root): the file is empty",)),
     Case("empty-params-train", "train", lambda t: ["v1", "--params", _params(t, "# nothing\n")],
          4, ("params.yaml: (root): the file is empty",)),
+    Case("params-is-a-folder", "data", _params_folder, 4,
+         ("params.yaml: is a folder, not a YAML file",)),
+    Case("data-output-is-a-file", "data", _data_is_a_file, 4,
+         ("data: cannot create the output folder (File exists)",)),
     Case("params-not-utf8", "data", lambda t: ["--params", _params(t, b"data:\n  size: \xff\n")],
          4, ("params.yaml: not valid UTF-8 at line 2",)),
 ]  # fmt: skip
@@ -393,6 +408,22 @@ def test_a_damaged_render_cache_is_rendered_again(in_tmp, capsys, caplog, damage
     where = str(entry.relative_to(in_tmp))  # the cache folder as params.yaml names it
     assert len(warnings) == 1 and where in warnings[0] and "rendering again" in warnings[0]
     assert not list(in_tmp.rglob("*.tmp"))
+
+
+def test_an_unwritable_render_cache_is_skipped_with_a_warning(in_tmp, caplog):
+    (in_tmp / "cache").write_text("a file where the cache folder should be")
+    args = [
+        "--params",
+        _params(
+            in_tmp,
+            "data: {kind: embedded, classes: 2, images_per_class: 2, size: 8, workers: 1, "
+            "cache: cache}\n",
+        ),
+    ]
+    assert _stage("data").main(args) == 0
+    assert np.load(in_tmp / "data" / "glyphs.npy").shape == (4, 8, 8, 1)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "cannot write the render cache" in warnings[0]
 
 
 # -- item 7: outputs keep the umask; a kill in the final save leaves nothing behind --------------

@@ -18,6 +18,7 @@ import numpy as np
 
 from compat.data.kanji import kanjivg_version, list_codepoints, parse_strokes
 from compat.data.render import Distortion, render_glyph
+from compat.errors import BadInputError
 from compat.io import atomic_path, fingerprint
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,10 @@ def select_codepoints(classes: int, seed: int, max_strokes: int) -> list[int]:
             chosen.append(cp)
             if len(chosen) == classes:
                 return sorted(chosen)
-    raise ValueError(f"only {len(chosen)} KanjiVG characters have <= {max_strokes} strokes")
+    raise BadInputError(
+        f"data.classes: {classes} asked for, but only {len(chosen)} KanjiVG characters have "
+        f"<= {max_strokes} strokes (data.max_strokes)"
+    )
 
 
 def embedded_fingerprint(params: dict) -> str:
@@ -121,6 +125,9 @@ def cached_render(
         if images is not None:
             return images
     images = render()
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, images, allow_pickle=False)
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, images, allow_pickle=False)
+    except OSError as err:  # a cache is an optimisation: the stage goes on without it
+        log.warning("warning: %s: cannot write the render cache (%s)", path, err.strerror or err)
     return images

@@ -242,7 +242,10 @@ def _cache_dir(params: EmbeddedData) -> Path:
 def build_source(params: DataParams, out_dir: str | os.PathLike[str] = "data") -> Source:
     """Materialise a source from its params into ``out_dir`` (the data stage's work)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # e.g. a file where the folder should be
+        raise BadInputError(f"{out}: cannot create the output folder ({err.strerror})") from None
     meta: dict = {"kind": params.kind, "image_size": params.size, "channels": params.channels}
     if isinstance(params, EmbeddedData):
         from compat.data.embedded import (

@@ -164,3 +164,11 @@ def test_the_image_cap_is_checked_from_the_header(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(sources, "MAX_IMAGE_PIXELS", 143)
     with pytest.raises(BadInputError, match=r"a.png: image is 12 x 12 = 144 pixels, over the cap"):
         sources.read_image(tmp_path / "a.png", 8, 1)
+
+
+def test_more_classes_than_kanjivg_has_is_a_params_error(monkeypatch):
+    pool = embedded.list_codepoints()[:5]
+    monkeypatch.setattr(embedded, "list_codepoints", lambda: pool)
+    assert len(embedded.select_codepoints(5, 0, 30)) == 5
+    with pytest.raises(BadInputError, match=r"^data.classes: 6 asked for, but only 5 KanjiVG"):
+        embedded.select_codepoints(6, 0, 30)
