@@ -1,7 +1,9 @@
 """Build things by name (timm-style): a catalog maps names to factories.
 
-An unknown name raises ``UsageError`` listing the known ones, so a typo in params.yaml or on the
-command line tells the user what they could have written.
+An unknown name raises an error listing the known ones, so a typo in params.yaml or on the
+command line tells the user what they could have written: ``UsageError`` (exit 2) for a name given
+on the command line or in code, ``BadInputError`` (exit 4) naming the file and field when the
+caller says where the name was read (``where="params.yaml: train.v2.method"``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from compat.errors import UsageError
+from compat.errors import BadInputError, UsageError
 
 T = TypeVar("T")
 
@@ -36,12 +38,16 @@ class Catalog(Generic[T]):
     def __contains__(self, name: object) -> bool:
         return name in self._factories
 
-    def get(self, name: str) -> Callable[..., T]:
+    def get(self, name: str, where: str | None = None) -> Callable[..., T]:
+        """The factory of ``name``; ``where`` (``file: dotted.field``) makes an unknown name a
+        BadInputError about that file instead of a UsageError."""
         try:
             return self._factories[name]
-        except KeyError:
-            known = ", ".join(self.names())
-            raise UsageError(f"unknown {self.kind} {name!r}; known: {known}") from None
+        except (KeyError, TypeError):  # TypeError: an unhashable value read from a file
+            message = f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}"
+            if where is not None:
+                raise BadInputError(f"{where}: {message}") from None
+            raise UsageError(message) from None
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> T:
         return self.get(name)(*args, **kwargs)

@@ -67,6 +67,13 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
         raise NotFoundError(f"{path}: file not found")
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise BadInputError(f"{path}: not valid UTF-8 at line {line}") from None
+    except IsADirectoryError:
+        raise BadInputError(f"{path}: is a folder, not a YAML file") from None
+    except PermissionError:
+        raise BadInputError(f"{path}: permission denied") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -109,7 +116,8 @@ def read_section(
     (exit 3) listing the known ones, unless ``default`` is given: then that is returned
     (e.g. ``SplitParams()``, or None for "not configured"). ``missing`` overrides the words of
     that error; ``{known}`` in it is replaced by the known names (the stages keep the messages
-    they have always printed). An explicit null section is validated like any value, so it is
+    they have always printed). An empty file is BadInputError: a truncated or blank params file
+    must not silently mean "every default". An explicit null section is validated like any value, so it is
     an error unless the model accepts None; a null *mapping* of keyed entries (``train:`` with
     nothing under it) holds no entries.
 
@@ -118,8 +126,8 @@ def read_section(
     is an error instead of a silent fall-back to the defaults.
     """
     raw = read_yaml(path)
-    if raw is None:
-        raw = {}
+    if raw is None:  # an empty file is a mistake (a truncated copy), not "all defaults"
+        raise BadInputError(f"{path}: (root): the file is empty; expected a mapping of sections")
     if not isinstance(raw, dict):
         raise BadInputError(f"{path}: (root): expected a mapping of sections")
     if sections is not None:

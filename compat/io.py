@@ -1,15 +1,14 @@
 """Small file helpers: nothing is ever half-written (temporary file in the same folder + rename).
 
 The temporary file is named ``.<name>.<pid>.<random>.tmp``: a process killed before its rename
-leaves one behind, and the next write of the same target removes it once the pid that made it is
-gone (a live writer's file is left alone). The renamed file gets the mode a plain ``open`` would
+leaves one behind, and the next write into the same folder removes it once the pid that made it
+is gone (a live writer's file is left alone). The renamed file gets the mode a plain ``open`` would
 have given it (0666 less the umask), or keeps the mode of the file it replaces.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import json
 import os
@@ -44,12 +43,26 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _writer_pid(name: str) -> int | None:
+    """The pid in a temporary file name ``.<name>.<pid>.<random>.tmp``; None for other names."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    parts = name[: -len(".tmp")].rsplit(".", 2)
+    if len(parts) != 3 or len(parts[0]) < 2 or not parts[1].isdigit() or not parts[2]:
+        return None
+    return int(parts[1])
+
+
 def remove_stale_temporaries(target: Path) -> list[Path]:
-    """Delete ``target``'s temporary files whose writing process no longer exists."""
+    """Delete the temporary files in ``target``'s folder whose writing process no longer exists.
+
+    Not only ``target``'s own: a run killed while writing one file (say an epoch checkpoint) and
+    started again may never write that same name again, and its temporary must not stay behind.
+    """
     removed = []
-    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
-        pid = tmp.name[len(target.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+    for tmp in sorted(target.parent.glob(".*.tmp")):
+        pid = _writer_pid(tmp.name)
+        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
                 removed.append(tmp)

@@ -66,11 +66,13 @@ def _params_model() -> type[BaseModel]:
 def load_params(path: str | os.PathLike[str] = PARAMS_FILE) -> Any:
     """Validate the whole params file (every section; an unknown section is an error).
 
-    Returns a ``Params`` model: ``.data``, ``.split``, ``.train``, ``.upgrade``, ``.evaluate``.
+    An empty file is an error (BadInputError), never "all defaults". Returns a ``Params`` model: ``.data``, ``.split``, ``.train``, ``.upgrade``, ``.evaluate``.
     """
     from pydantic import ValidationError
 
-    raw = read_yaml(path) or {}
+    raw = read_yaml(path)
+    if raw is None:
+        raise BadInputError(f"{path}: (root): the file is empty; expected a mapping of sections")
     if not isinstance(raw, dict):
         raise BadInputError(f"{path}: (root): expected a mapping of sections")
     try:

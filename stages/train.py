@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             args.version,
             missing="no such version (known: {known})",
         )
+        cfg.check_names(args.params, f"train.{args.version}")  # exit 4 naming the file
 
         from compat.data.sources import open_source
         from compat.data.split import load_train_manifest

@@ -79,8 +79,11 @@ def test_a_live_writers_temporary_is_left_alone(tmp_path):
     live = tmp_path / f".a.txt.{os.getppid()}.abc123.tmp"  # our parent: alive
     dead_pid = 2**22 + 7  # above the default pid_max: no such process
     dead = tmp_path / f".a.txt.{dead_pid}.abc123.tmp"
-    other = tmp_path / ".b.txt.1.abc.tmp"  # another target's file
-    for p in (live, dead, other):
+    other_live = tmp_path / f".b.txt.{os.getppid()}.abc.tmp"  # another target's, writer alive
+    other_dead = tmp_path / f".c.npy.{dead_pid}.x_1.tmp"  # another target's, writer gone
+    unrelated = [tmp_path / n for n in (".notes.tmp", ".a.b.tmp", "a.txt.7.x.tmp", ".x.7..tmp")]
+    for p in (live, dead, other_live, other_dead, *unrelated):
         p.write_text("x")
-    assert remove_stale_temporaries(target) == [dead]
-    assert live.exists() and other.exists() and not dead.exists()
+    assert remove_stale_temporaries(target) == [dead, other_dead]
+    assert live.exists() and other_live.exists() and all(p.exists() for p in unrelated)
+    assert not dead.exists() and not other_dead.exists()

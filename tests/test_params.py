@@ -26,7 +26,7 @@ def test_repository_params_are_valid():
             "data:\n  kind: embedded\n  size: 500\n",
             "p.yaml: data.size: Input should be less than or equal to 112",
         ),
-        ("data:\n  kind: nope\n", "p.yaml: data: Input tag 'nope'"),
+        ("data:\n  kind: nope\n", "p.yaml: data: kind: expected one of embedded, folder, manifest"),
         ("trian: {}\n", "p.yaml: trian: Extra inputs are not permitted"),
         ("split: [\n", "p.yaml: not valid YAML"),
         ("- 1\n", "p.yaml: (root): expected a mapping"),
@@ -109,3 +109,38 @@ def test_read_section_of_a_file_that_is_not_a_mapping(tmp_path: Path):
     path.write_text("- 1\n")
     with pytest.raises(BadInputError, match=r"\(root\): expected a mapping of sections"):
         read_section(path, "evaluate", dict)
+
+
+@pytest.mark.parametrize("text", ["", "\n# only a comment\n", "---\n"])
+def test_an_empty_params_file_is_an_error_not_the_defaults(tmp_path: Path, text: str):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    message = f"{path}: (root): the file is empty; expected a mapping of sections"
+    with pytest.raises(BadInputError) as err:
+        load_params(path)
+    assert err.value.message == message
+    from compat.data.split import SplitParams
+
+    with pytest.raises(BadInputError) as err:
+        read_section(path, "split", SplitParams, default=SplitParams(), sections=PARAMS_SECTIONS)
+    assert err.value.message == message
+
+
+def test_unknown_names_in_train_params_are_params_errors_listing_the_known_ones():
+    from compat.train.config import TrainConfig
+
+    TrainConfig(backbone="tiny", method="bct").check_names("p.yaml", "train.v2")
+    cases = {
+        "backbone": "p.yaml: train.v2.backbone: unknown backbone 'resnet9'; known: resnet18, "
+        "resnet50, small-cnn, tiny",
+        "head": "p.yaml: train.v2.head: unknown head 'resnet9'; known: arcface, cosface, "
+        "dsimplex, normface, softmax",
+        "method": "p.yaml: train.v2.method: unknown method 'resnet9'; known: bct, bct-kd, bict, "
+        "contrastive, hoc, independent, l2, lwf, unibct",
+    }
+    for field, message in cases.items():
+        with pytest.raises(BadInputError) as err:
+            TrainConfig(**{field: "resnet9"}).check_names("p.yaml", "train.v2")
+        assert err.value.message == message
+    with pytest.raises(BadInputError, match=r"^p.yaml: train.v2.method_params.lam: Input"):
+        TrainConfig(method="bct", method_params={"lam": "x"}).check_names("p.yaml", "train.v2")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from compat.data.render import Distortion
 
@@ -47,4 +47,23 @@ class ManifestData(_Base):
     root: str | None = Field(None, description="default: the manifest's folder")
 
 
-DataParams = Annotated[EmbeddedData | FolderData | ManifestData, Field(discriminator="kind")]
+KINDS = ("embedded", "folder", "manifest")
+
+
+def _kind(value: Any) -> Any:
+    return value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+
+
+# Discriminated by ``kind``; a missing or unknown kind says which kinds exist (pydantic's own
+# words, "Unable to extract tag using discriminator", name neither the key nor the choices).
+DataParams = Annotated[
+    Annotated[EmbeddedData, Tag("embedded")]
+    | Annotated[FolderData, Tag("folder")]
+    | Annotated[ManifestData, Tag("manifest")],
+    Discriminator(
+        _kind,
+        custom_error_type="data_kind",
+        custom_error_message=f"kind: expected one of {', '.join(KINDS)}",
+        custom_error_context={},
+    ),
+]

@@ -9,6 +9,7 @@ package versions that shape the pixels, so a second run does not render again.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import multiprocessing as mp
 import os
 from pathlib import Path
@@ -17,7 +18,10 @@ import numpy as np
 
 from compat.data.kanji import kanjivg_version, list_codepoints, parse_strokes
 from compat.data.render import Distortion, render_glyph
+from compat.errors import BadInputError
 from compat.io import atomic_path, fingerprint
+
+log = logging.getLogger(__name__)
 
 # Bump when the renderer changes what it draws: it is part of every embedded fingerprint.
 GENERATOR_VERSION = 2
@@ -34,7 +38,10 @@ def select_codepoints(classes: int, seed: int, max_strokes: int) -> list[int]:
             chosen.append(cp)
             if len(chosen) == classes:
                 return sorted(chosen)
-    raise ValueError(f"only {len(chosen)} KanjiVG characters have <= {max_strokes} strokes")
+    raise BadInputError(
+        f"data.classes: {classes} asked for, but only {len(chosen)} KanjiVG characters have "
+        f"<= {max_strokes} strokes (data.max_strokes)"
+    )
 
 
 def embedded_fingerprint(params: dict) -> str:
@@ -81,12 +88,46 @@ def render_dataset(
     return np.concatenate(blocks)
 
 
-def cached_render(cache_dir: Path, key: str, render: callable) -> np.ndarray:  # type: ignore[valid-type]
-    """Load the array cached under ``key`` or render, save and return it."""
+def _read_cached(path: Path, shape: tuple[int, ...] | None) -> np.ndarray | None:
+    """The cached array, or None (with a warning) when the entry cannot be trusted: truncated,
+    not an array file, or not the uint8 ``shape`` the params ask for."""
+    try:
+        images = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        log.warning("warning: %s: unreadable render cache entry (%s); rendering again", path, err)
+        return None
+    if images.dtype != np.uint8 or (shape is not None and images.shape != shape):
+        log.warning(
+            "warning: %s: render cache entry holds %s %s, expected uint8 %s; rendering again",
+            path,
+            images.dtype,
+            images.shape,
+            shape,
+        )
+        return None
+    return images
+
+
+def cached_render(
+    cache_dir: Path,
+    key: str,
+    render: callable,  # type: ignore[valid-type]
+    shape: tuple[int, ...] | None = None,
+) -> np.ndarray:
+    """Load the array cached under ``key`` or render, save and return it.
+
+    A damaged entry (a truncated file, e.g. a disk that filled up, or one of the wrong
+    ``shape``) is not an error: it is discarded with a warning and rendered again.
+    """
     path = cache_dir / f"glyphs-{key}.npy"
     if path.exists():
-        return np.load(path, allow_pickle=False)
+        images = _read_cached(path, shape)
+        if images is not None:
+            return images
     images = render()
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, images, allow_pickle=False)
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, images, allow_pickle=False)
+    except OSError as err:  # a cache is an optimisation: the stage goes on without it
+        log.warning("warning: %s: cannot write the render cache (%s)", path, err.strerror or err)
     return images

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,9 @@ from compat.errors import BadInputError, NotFoundError
 from compat.io import atomic_path, fingerprint, write_json
 
 SOURCE_FILE = "source.json"
+# Largest image (width x height) a folder or manifest source decodes: 8192 x 8192. Every image is
+# resized to at most 112 px, so nothing real comes near it; docs/design.md "Exit codes".
+MAX_IMAGE_PIXELS = 8192 * 8192
 
 
 @dataclass(frozen=True)
@@ -98,15 +103,34 @@ class Source:
 
 
 def read_image(path: Path, size: int, channels: int) -> np.ndarray:
-    """Decode one image file into uint8 (size, size, channels); a corrupt file names itself."""
+    """Decode one image file into uint8 (size, size, channels); a corrupt file names itself.
+
+    An image over :data:`MAX_IMAGE_PIXELS` is refused from its header, before any pixel is
+    decoded (a few-kB PNG can declare gigapixels: a decompression bomb).
+    """
     try:
-        with Image.open(path) as img:
+        with warnings.catch_warnings():
+            # Pillow warns from 89 Mpx on; the cap below is the decision, not Pillow's warning.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img_file = Image.open(path)
+        with img_file as img:
+            width, height = img.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise BadInputError(
+                    f"{path}: image is {width} x {height} = {width * height} pixels, over the "
+                    f"cap of {MAX_IMAGE_PIXELS} (decompression bomb?)"
+                )
             img = img.convert("L" if channels == 1 else "RGB")
             if img.size != (size, size):
                 img = img.resize((size, size), Image.Resampling.BILINEAR)
             arr = np.asarray(img, dtype=np.uint8)
     except FileNotFoundError:
         raise NotFoundError(f"{path}: image file not found") from None
+    except Image.DecompressionBombError:  # over Pillow's own limit: refused while opening
+        raise BadInputError(
+            f"{path}: image declares more than {Image.MAX_IMAGE_PIXELS * 2} pixels, over the cap "
+            f"of {MAX_IMAGE_PIXELS} (decompression bomb?)"
+        ) from None
     except (UnidentifiedImageError, OSError, ValueError) as err:
         raise BadInputError(f"{path}: unreadable or corrupt image ({err})") from None
     return arr[:, :, None] if channels == 1 else arr
@@ -119,10 +143,13 @@ def _check_images(root: Path, items: list[Item], size: int, channels: int) -> st
     for item in items:
         path = root / item.id
         try:
+            read_image(path, size, channels)  # names the file and what is wrong with it
             data = path.read_bytes()
-            read_image(path, size, channels)
-        except (BadInputError, NotFoundError, OSError) as err:
+        except (BadInputError, NotFoundError) as err:
             bad.append(str(err))
+            continue
+        except OSError as err:
+            bad.append(f"{path}: {err.strerror or err}")
             continue
         digest.update(f"{item.id}\0{item.label}\0{item.group}\0".encode())
         digest.update(hashlib.sha256(data).digest())
@@ -137,6 +164,7 @@ def scan_folder(params: FolderData) -> tuple[Path, list[Item]]:
     root = Path(params.root)
     if not root.is_dir():
         raise NotFoundError(f"{root}: image folder not found (data.root)")
+    real_root = root.resolve()
     exts = {e.lower() for e in params.extensions}
     items: list[Item] = []
     classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -146,6 +174,13 @@ def scan_folder(params: FolderData) -> tuple[Path, list[Item]]:
         files = sorted(f for f in cls.rglob("*") if f.is_file() and f.suffix.lower() in exts)
         if not files:
             raise BadInputError(f"{cls}: empty class: no image with extension {sorted(exts)}")
+        for f in files:
+            # A symlink (of the file or of a class folder) may point anywhere: like a manifest
+            # row, nothing outside the root is read.
+            if not f.resolve().is_relative_to(real_root):
+                raise BadInputError(
+                    f"{f}: links to {f.resolve()}, outside the root {root} (data.root)"
+                )
         items.extend(Item(f.relative_to(root).as_posix(), cls.name) for f in files)
     return root, items
 
@@ -161,7 +196,16 @@ def read_manifest(params: ManifestData) -> tuple[Path, list[Item]]:
     real_root = root.resolve()
     items: list[Item] = []
     seen: set[str] = set()
-    with open(manifest, newline="", encoding="utf-8") as f:
+    raw = manifest.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")  # a BOM (spreadsheet export) is not part of the header
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise BadInputError(
+            f"{manifest}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x}); save the "
+            "manifest as UTF-8 (data.manifest)"
+        ) from None
+    with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
         missing = [c for c in ("path", "label") if c not in fields]
@@ -198,7 +242,10 @@ def _cache_dir(params: EmbeddedData) -> Path:
 def build_source(params: DataParams, out_dir: str | os.PathLike[str] = "data") -> Source:
     """Materialise a source from its params into ``out_dir`` (the data stage's work)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # e.g. a file where the folder should be
+        raise BadInputError(f"{out}: cannot create the output folder ({err.strerror})") from None
     meta: dict = {"kind": params.kind, "image_size": params.size, "channels": params.channels}
     if isinstance(params, EmbeddedData):
         from compat.data.embedded import (
@@ -223,7 +270,13 @@ def build_source(params: DataParams, out_dir: str | os.PathLike[str] = "data") -
                 params.workers,
             )
 
-        images = cached_render(_cache_dir(params), fp, render)
+        shape = (
+            len(codepoints) * params.images_per_class,
+            params.size,
+            params.size,
+            params.channels,
+        )
+        images = cached_render(_cache_dir(params), fp, render, shape)
         with atomic_path(out / "glyphs.npy") as tmp, open(tmp, "wb") as f:
             np.save(f, images, allow_pickle=False)
         items = [
@@ -263,5 +316,11 @@ def open_source(path: str | os.PathLike[str] = f"data/{SOURCE_FILE}") -> Source:
             root,
             images,
         )
+    except UnicodeDecodeError:
+        raise BadInputError(f"{path}: malformed source description (not UTF-8)") from None
+    except json.JSONDecodeError as err:
+        raise BadInputError(
+            f"{path}: malformed source description (not JSON: {err.msg} at line {err.lineno})"
+        ) from None
     except (KeyError, ValueError, TypeError) as err:
         raise BadInputError(f"{path}: malformed source description ({err!r})") from None

@@ -2,8 +2,10 @@
 
 Import-light on purpose (pydantic only, no torch): the global params model embeds
 :class:`TrainConfig`, and the CLI validates params without paying for torch. Names (backbone,
-head, method) and method params are checked against their catalogs when the run is built, before
-any training starts.
+head, method) and method params are checked against their catalogs by
+:meth:`TrainConfig.check_names` (the train stage calls it right after reading params.yaml, so an
+unknown name is a params error, exit 4, naming the file and field and listing the known names)
+and again when the run is built, before any training starts.
 
 Defaults are the short-schedule CPU settings that docs/findings.md measured to work: small CNN,
 AdamW lr 3e-3 weight decay 0.05, cosine with 15% warm-up (one-cycle-like), batch 128, 6 epochs,
@@ -12,6 +14,7 @@ CosFace s=16 m=0.2, random +-2 px shift.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -108,6 +111,20 @@ class TrainConfig(BaseModel):
         ):
             raise ValueError("step_milestones must be increasing fractions in (0, 1)")
         return self
+
+    def check_names(self, path: str | os.PathLike[str], prefix: str) -> None:
+        """Check backbone, head and method against their catalogs and method_params against the
+        method's params model (imports torch); BadInputError naming ``path`` and the field
+        (``params.yaml: train.v2.method: unknown method 'bctt'; known: bct, ...``)."""
+        from compat.config import validate_with
+        from compat.losses import LOSSES
+        from compat.models.backbones import BACKBONES
+        from compat.models.heads import HEADS
+
+        BACKBONES.get(self.backbone, where=f"{path}: {prefix}.backbone")
+        HEADS.get(self.head, where=f"{path}: {prefix}.head")
+        method = LOSSES.get(self.method, where=f"{path}: {prefix}.method")
+        validate_with(method.Params, self.method_params, path, prefix=f"{prefix}.method_params")
 
     def head_params(self) -> dict[str, Any]:
         """Keyword arguments of the head (each head keeps those it takes)."""

@@ -137,3 +137,38 @@ def test_open_source_missing_and_unknown_item(tmp_path: Path, tiny_source):
         open_source(tmp_path / "nope.json")
     with pytest.raises(NotFoundError, match="not in the embedded source"):
         tiny_source.load(["zzz"])
+
+
+def test_a_manifest_may_start_with_a_byte_order_mark(folder: Path, tmp_path: Path):
+    csv = tmp_path / "m.csv"
+    csv.write_bytes("\ufeffpath,label\ncat/0.png,ä\n".encode())
+    src = build_source(
+        ManifestData(kind="manifest", manifest=str(csv), root=str(folder), size=8), tmp_path / "d"
+    )
+    assert [(x.id, x.label) for x in src.items] == [("cat/0.png", "ä")]
+
+
+def test_a_symlink_inside_the_root_is_read(folder: Path, tmp_path: Path):
+    (folder / "dog" / "link.png").symlink_to(folder / "cat" / "0.png")
+    src = build_source(FolderData(kind="folder", root=str(folder), size=8), tmp_path / "d")
+    assert "dog/link.png" in src
+    assert (src.load(["dog/link.png"]) == src.load(["cat/0.png"])).all()
+
+
+def test_the_image_cap_is_checked_from_the_header(tmp_path: Path, monkeypatch):
+    from compat.data import sources
+
+    _png(tmp_path / "a.png", 10, size=12)
+    monkeypatch.setattr(sources, "MAX_IMAGE_PIXELS", 144)
+    assert sources.read_image(tmp_path / "a.png", 8, 1).shape == (8, 8, 1)
+    monkeypatch.setattr(sources, "MAX_IMAGE_PIXELS", 143)
+    with pytest.raises(BadInputError, match=r"a.png: image is 12 x 12 = 144 pixels, over the cap"):
+        sources.read_image(tmp_path / "a.png", 8, 1)
+
+
+def test_more_classes_than_kanjivg_has_is_a_params_error(monkeypatch):
+    pool = embedded.list_codepoints()[:5]
+    monkeypatch.setattr(embedded, "list_codepoints", lambda: pool)
+    assert len(embedded.select_codepoints(5, 0, 30)) == 5
+    with pytest.raises(BadInputError, match=r"^data.classes: 6 asked for, but only 5 KanjiVG"):
+        embedded.select_codepoints(6, 0, 30)
