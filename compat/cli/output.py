@@ -202,13 +202,12 @@ def print_table(
     if title:
         con.print(Text(title, style="bold"))
     for row in rows:
+        if not show_header:  # a key-value table: ``key: value``
+            con.print(Text(f"{row[0]}: ").append_text(_text(" ".join(map(str, row[1:])))))
+            continue
         for i, (col, cell) in enumerate(zip(cols, row, strict=True)):
-            label = col.name if show_header else ""
-            line = Text("- " if i == 0 else "  ")
-            if label:
-                line.append(f"{label}: ")
-            line.append_text(_text(cell))
-            con.print(line)
+            line = Text(("- " if i == 0 else "  ") + f"{col.name}: ")
+            con.print(line.append_text(_text(cell)))
     if caption:
         con.print(Text(caption))
 

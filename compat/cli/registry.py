@@ -307,7 +307,7 @@ def show_cmd(
         ["production", output.human(info["production"])],
         ["run", output.human(rec.run_id)],
     ]
-    fields += [[k, rec.tags[k]] for k in sorted(rec.tags)]
+    fields += [[k, rec.tags[k] or "-"] for k in sorted(rec.tags)]
     output.print_table(
         ("field", "value"),
         fields,
