@@ -295,3 +295,21 @@ def test_a_narrow_terminal_prints_key_value_tables_as_lines(capsys, terminal):
     out = _strip(capsys.readouterr().out)
     assert out.splitlines()[0] == "compat.dim: 16"
     assert "…" not in out and "".join(out.split()).count(LONG) == 1
+
+
+def test_score_table_off_a_terminal_shows_every_number_whole(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 3)
+    emb = (rng.standard_normal((10, 8))[labels] + 0.5 * rng.standard_normal((30, 8))).astype(
+        np.float32
+    )
+    path = tmp_path / ("embeddings-with-a-long-file-name-" * 3 + ".npz")
+    with open(path, "wb") as f:
+        np.savez(f, embeddings=emb, labels=labels)
+    args = ["score", "-q", str(path), "-g", str(path), "-p", "identification"]
+    values = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    r = runner.invoke(app, args, env={"COLUMNS": "40"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout and path.name in r.stdout
+    for metric, value in values.items():
+        assert f"| identification | {metric} | {value:.4f} | {100 * value:.2f} |" in r.stdout
