@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import typer
@@ -23,12 +23,15 @@ PROJECT_MARKERS = ("params.yaml", "dvc.yaml", "registry")
 
 
 @contextlib.contextmanager
-def exit_on_error() -> Iterator[None]:
-    """Turn a CompatError into ``error: <message>`` on stderr and its documented exit code."""
+def exit_on_error(on_error: Callable[[CompatError], None] | None = None) -> Iterator[None]:
+    """Turn a CompatError into ``error: <message>`` on stderr and its documented exit code
+    (``on_error`` is told first, e.g. to write the CI step summary)."""
     try:
         yield
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
+        if on_error is not None:
+            on_error(err)
         raise typer.Exit(err.exit_code) from None
 
 

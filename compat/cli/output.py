@@ -356,6 +356,11 @@ SUMMARY_COLUMNS = (
 )
 
 
+def error_summary(command: str, message: str, exit_code: int) -> str:
+    """A markdown summary of a command that ended in an error (no verdict was reached)."""
+    return f"### {command}: error (exit {exit_code})\n\n{_md(message)}\n\n"
+
+
 def append_step_summary(markdown: str) -> Path | None:
     """Append to the file ``GITHUB_STEP_SUMMARY`` names, if set; a failure to write is a
     warning on stderr, never a change of the command's exit code."""

@@ -124,7 +124,7 @@ def promote_cmd(
     paths = Paths(
         contracts=contracts, models=models, eval_manifest=eval_manifest, source=source, cache=cache
     )
-    with exit_on_error():
+    with exit_on_error(on_error=_summarize_error(f"compat promote {version}")):
         outcome = promote(
             version,
             against,
@@ -143,6 +143,13 @@ def promote_cmd(
     else:
         _print_verdict(report)
     raise typer.Exit(outcome.exit_code)
+
+
+def _summarize_error(command: str) -> Any:
+    def write(err: Any) -> None:
+        output.append_step_summary(output.error_summary(command, err.message, err.exit_code))
+
+    return write
 
 
 def _fmt(x: float | None) -> str:

@@ -161,3 +161,12 @@ def test_stored_description_is_not_read_as_markup(promoted):
         r = cli("show", V2, env=env)
         assert r.exit_code == 0
         assert "[ok] identification top1 [bold]as stored[/bold]" in _strip(r.stdout)
+
+
+def test_a_promote_that_ends_in_an_error_says_so_in_the_step_summary(project, tmp_path):
+    summary = tmp_path / "step-summary.md"
+    r = cli("promote", "v9", "--against", "v1", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert r.exit_code == 3
+    lines = summary.read_text().splitlines()
+    assert lines[0] == "### compat promote v9: error (exit 3)"
+    assert "v9.yaml" in lines[2]
