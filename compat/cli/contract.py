@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -13,22 +14,48 @@ contract_app = typer.Typer(
 )
 
 
+def _problem(path: Path, text: str) -> dict[str, str]:
+    """``file: field: reason`` (as compat.contracts.schema reports it) as an object."""
+    rest = text[len(f"{path}: ") :] if text.startswith(f"{path}: ") else text
+    field, _, reason = rest.partition(": ")
+    return {"file": str(path), "field": field, "reason": reason}
+
+
 @contract_app.command("validate")
-def validate(files: list[Path] = typer.Argument(..., help="contract YAML files")) -> None:
+def validate(
+    files: list[Path] = typer.Argument(..., help="contract YAML files"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
     """Check contract files; print `file: field: reason` for every problem (exit 4 if any)."""
+    from compat.cli import output
     from compat.contracts.schema import check_contract
 
     problems: list[str] = []
+    results: list[dict[str, Any]] = []
     with exit_on_error():
         for f in files:
             contract, found = check_contract(f)
             problems += found
-            if contract is not None:
+            results.append(
+                {
+                    "file": str(f),
+                    "valid": contract is not None,
+                    "version": None if contract is None else contract.version,
+                    "parent": None if contract is None else contract.parent,
+                    "criteria": None if contract is None else len(contract.criteria),
+                    "problems": [_problem(f, p) for p in found],
+                }
+            )
+            if contract is not None and not as_json:
+                parent = contract.parent or "none"
                 typer.echo(
-                    f"{f}: ok ({contract.version}, parent {contract.parent}, {len(contract.criteria)} criteria)"
+                    f"{f}: ok ({contract.version}, parent {parent}, {len(contract.criteria)} criteria)"
                 )
-    for p in problems:
-        typer.echo(p, err=True)
+    if as_json:
+        output.echo_json({"valid": not problems, "files": results})
+    else:
+        for p in problems:
+            typer.echo(p, err=True)
     if problems:
         raise typer.Exit(4)
 

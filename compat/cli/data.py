@@ -25,13 +25,10 @@ def info(
     if as_json:
         typer.echo(json.dumps(desc, sort_keys=True))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from compat.cli import output
 
-    table = Table(title=str(source), show_header=False)
-    for key, value in desc.items():
-        table.add_row(key, str(value))
-    Console().print(table)
+    rows = [[key, output.human(value)] for key, value in desc.items()]
+    output.print_table(("field", "value"), rows, title=str(source), show_header=False)
 
 
 @data_app.command("preview")

@@ -17,6 +17,38 @@ app = typer.Typer(
 )
 
 
+def package_version() -> str:
+    """The installed distribution's version (importlib.metadata), or ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("compat")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"compat {package_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_show_version,
+        is_eager=True,
+        help="Print compat's version and exit.",
+    ),
+) -> None:
+    """Train, prove and promote backward-compatible embedding models."""
+    from compat.cli.common import quiet_mlflow_logs
+
+    quiet_mlflow_logs()
+
+
 def _register_commands() -> None:
     from compat.cli import backfill as backfill_cli
     from compat.cli import contract as contract_cli

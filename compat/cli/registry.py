@@ -7,31 +7,47 @@ named was not found, 4 bad input (contract, card, embeddings), 5 registry unreac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from compat.cli.common import exit_on_error
+from compat.cli import output
+from compat.cli.common import exit_on_error, quiet_mlflow_logs, require_project
 
 REGISTRY_ROOT = Path("registry")
 
 
-def _registry(uri: str | None) -> Any:
+def _registry(uri: str | None, read: bool = False) -> Any:
+    """The registry the command names. ``read``: a read command, which outside a project
+    (compat.cli.common) exits 3 and never creates the local store."""
     from compat.registry.store import Registry
 
+    quiet_mlflow_logs()
+    if read:
+        require_project(uri)
     return Registry(uri=uri, root=REGISTRY_ROOT)
 
 
+def _store_missing(reg: Any) -> bool:
+    """Whether the registry is the local one and its database does not exist yet."""
+    return reg.is_local and not (reg.root / "mlflow.db").exists()
+
+
+def _no_store_error(reg: Any) -> Exception:
+    from compat.errors import NotFoundError
+
+    return NotFoundError(
+        f"{reg.root / 'mlflow.db'}: no registry yet: nothing is registered (compat register <version>)"
+    )
+
+
 def _echo_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, sort_keys=True, default=str))
+    output.echo_json(obj)
 
 
 def _console() -> Any:
-    from rich.console import Console
-
-    return Console()
+    return output.console()
 
 
 UriOption = typer.Option(
@@ -64,7 +80,7 @@ def register_cmd(
         _echo_json(
             {
                 "version": rec.name,
-                "mlflow_version": rec.mlflow_version,
+                "mlflow_version": output.as_int(rec.mlflow_version),
                 "created": created,
                 "tags": rec.tags,
             }
@@ -108,7 +124,7 @@ def promote_cmd(
     paths = Paths(
         contracts=contracts, models=models, eval_manifest=eval_manifest, source=source, cache=cache
     )
-    with exit_on_error():
+    with exit_on_error(on_error=_summarize_error(f"compat promote {version}")):
         outcome = promote(
             version,
             against,
@@ -120,6 +136,8 @@ def promote_cmd(
             dry_run=dry_run,
         )
     report = {**outcome.report, "moved": outcome.moved, "messages": outcome.messages}
+    report["checks"] = [output.check_object(c) for c in report["criteria"]]
+    output.append_step_summary(output.promote_summary(report))
     if as_json:
         _echo_json(report)
     else:
@@ -127,77 +145,93 @@ def promote_cmd(
     raise typer.Exit(outcome.exit_code)
 
 
+def _summarize_error(command: str) -> Any:
+    def write(err: Any) -> None:
+        output.append_step_summary(output.error_summary(command, err.message, err.exit_code))
+
+    return write
+
+
 def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4f}"
+    return output.fmt_value(x)
 
 
 def _print_verdict(report: dict[str, Any]) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
     console = _console()
     if not report["criteria"]:
-        console.print(f"{report['version']} has no parent: no criteria to check")
+        output.say(f"{report['version']} has no parent: no criteria to check")
     else:
         title = f"{report['version']} vs {report['parent']}"
-        table = Table(title=title + (" (dry run)" if report["dry_run"] else ""))
-        columns = (
-            "protocol",
-            "metric",
-            "require",
-            "gallery",
-            "new",
-            "baseline",
-            "diff",
-            "lower bound",
-            "verdict",
-        )
-        for col in columns:
-            table.add_column(col, no_wrap=True)
+        rows = []
         for c in report["criteria"]:
-            table.add_row(
-                c["protocol"],
-                c["metric"],
-                c["require"] + (f" + {c['margin']:g}" if c["margin"] else ""),
-                c["gallery"],
-                _fmt(c["lhs_value"]),
-                _fmt(c["rhs_value"]),
-                _fmt(c["difference"]),
-                _fmt(c["lower_bound"]) if c["confidence"] else "-",
-                "[green]pass[/]" if c["passed"] else "[red]FAIL[/]",
+            gain = (
+                output.gain_of(report, c["protocol"], c["metric"])
+                if c["gallery"] == report["parent"]
+                else None
             )
-        console.print(table)
+            rows.append(
+                [
+                    c["protocol"],
+                    c["metric"],
+                    c["require"] + (f" + {c['margin']:g}" if c["margin"] else ""),
+                    c["gallery"],
+                    _fmt(c["lhs_value"]),
+                    _fmt(c["rhs_value"]),
+                    output.fmt_diff(c["difference"]),
+                    output.fmt_diff(c["lower_bound"]) if c["confidence"] else "-",
+                    output.fmt_percent(gain) if gain is not None else "-",
+                    output.Styled("pass", "green") if c["passed"] else output.Styled("FAIL", "red"),
+                ]
+            )
+        output.print_table(
+            VERDICT_COLUMNS, rows, title=title + (" (dry run)" if report["dry_run"] else "")
+        )
     for protocol, per in report["gain"].items():
         for metric, g in per.items():
-            value = "n/a" if g["value"] is None else f"{g['value']:.1%}"
-            console.print(
-                f"update gain {protocol} {metric} vs {g['paragon']}: {value} ({g['reason']})"
+            output.say(
+                f"update gain {protocol} {metric} vs {g['paragon']}: "
+                f"{output.fmt_percent(g['value'])} ({g['reason']})"
             )
     for msg in report["messages"]:
-        console.print(msg)
+        output.say(msg)
     if report["dry_run"]:
-        console.print("dry run: nothing recorded")
+        output.say("dry run: nothing recorded")
     elif report["passed"]:
-        console.print(
-            f"[green]PASSED[/]: production -> {report['version']}"
-            if report["moved"]
-            else "[green]PASSED[/]"
-        )
+        moved = f": production -> {report['version']}" if report["moved"] else ""
+        console.print(Text.assemble(("PASSED", "green"), moved))
     else:
-        console.print("[red]FAILED[/]: production unchanged")
+        console.print(Text.assemble(("FAILED", "red"), ": production unchanged"))
+
+
+VERDICT_COLUMNS = (
+    output.Column("protocol"),
+    output.Column("metric"),
+    output.Column("require"),
+    output.Column("gallery"),
+    output.Column("new", numeric=True),
+    output.Column("baseline", numeric=True),
+    output.Column("diff", numeric=True),
+    output.Column("lower bound", numeric=True),
+    output.Column("gain", numeric=True),
+    output.Column("verdict"),
+)
 
 
 def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     """List registered versions with parent, status and alias."""
     with exit_on_error():
-        records = _registry(uri).versions()
+        reg = _registry(uri, read=True)
+        records = [] if _store_missing(reg) else reg.versions()
     rows = [
         {
             "version": r.name,
-            "mlflow_version": r.mlflow_version,
+            "mlflow_version": output.as_int(r.mlflow_version),
             "parent": r.parent,
             "status": r.status,
-            "method": r.tags.get("compat.method", ""),
-            "dim": r.tags.get("compat.dim", ""),
+            "method": r.tags.get("compat.method") or None,
+            "dim": output.as_int(r.tags.get("compat.dim")),
             "production": "production" in r.aliases,
         }
         for r in records
@@ -205,22 +239,44 @@ def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> Non
     if as_json:
         _echo_json({"versions": rows})
         return
-    from rich.table import Table
+    if not rows:
+        output.say("no versions registered")
+        return
+    output.print_table(
+        (
+            "version",
+            "mlflow",
+            "parent",
+            "method",
+            output.Column("dim", numeric=True),
+            "status",
+            "alias",
+        ),
+        [
+            [
+                r["version"],
+                output.human(r["mlflow_version"]),
+                output.human(r["parent"]),
+                output.human(r["method"]),
+                output.human(r["dim"]),
+                r["status"],
+                "production" if r["production"] else "",
+            ]
+            for r in rows
+        ],
+        title="registered versions",
+    )
 
-    table = Table(title="registered versions")
-    for col in ("version", "mlflow", "parent", "method", "dim", "status", "alias"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            r["version"],
-            r["mlflow_version"],
-            r["parent"] or "-",
-            r["method"],
-            r["dim"],
-            r["status"],
-            "production" if r["production"] else "",
-        )
-    _console().print(table)
+
+def _checks_from_tags(tags: dict[str, str]) -> list[dict[str, Any]]:
+    """The ``compat.check.<gallery>.<protocol>.<metric>`` tags as check objects."""
+    prefix = "compat.check."
+    out = []
+    for key, value in sorted(tags.items()):
+        if key.startswith(prefix):
+            gallery, _, rest = key[len(prefix) :].partition(".")
+            out.append(output.recorded_check(gallery, rest, value))
+    return out
 
 
 def show_cmd(
@@ -228,32 +284,48 @@ def show_cmd(
 ) -> None:
     """Show one version: tags, description, alias."""
     with exit_on_error():
-        reg = _registry(uri)
+        reg = _registry(uri, read=True)
+        if _store_missing(reg):
+            raise _no_store_error(reg)
         rec = reg.get(version)
         prod = reg.production_mlflow_version()
     info = {
         "version": rec.name,
-        "mlflow_version": rec.mlflow_version,
+        "mlflow_version": output.as_int(rec.mlflow_version),
         "run_id": rec.run_id,
         "source": rec.source,
         "production": prod == rec.mlflow_version,
+        "parent": rec.parent,
+        "status": rec.status,
+        "dim": output.as_int(rec.tags.get("compat.dim")),
+        "checks": _checks_from_tags(rec.tags),
+        "gain": {
+            k[len("compat.gain.") :]: output.as_float(v)
+            for k, v in rec.tags.items()
+            if k.startswith("compat.gain.")
+        },
         "tags": rec.tags,
         "description": rec.description,
     }
     if as_json:
         _echo_json(info)
         return
-    from rich.table import Table
-
-    table = Table(title=f"{version} (MLflow version {rec.mlflow_version})", show_header=False)
-    table.add_row("production", "yes" if info["production"] else "no")
-    table.add_row("run", str(rec.run_id))
-    for k in sorted(rec.tags):
-        table.add_row(k, rec.tags[k])
-    console = _console()
-    console.print(table)
+    fields = [
+        ["production", output.human(info["production"])],
+        ["run", output.human(rec.run_id)],
+    ]
+    fields += [[k, rec.tags[k] or "-"] for k in sorted(rec.tags)]
+    output.print_table(
+        ("field", "value"),
+        fields,
+        title=f"{version} (MLflow version {rec.mlflow_version})",
+        show_header=False,
+    )
     if rec.description:
-        console.print(rec.description)
+        output.say(rec.description)
+
+
+CHAIN_STYLES = {"pass": ("pass", "green"), "fail": ("FAIL", "red")}
 
 
 def chain_cmd(
@@ -265,25 +337,35 @@ def chain_cmd(
     from compat.registry.chain import lineage
 
     with exit_on_error():
-        result = lineage(_registry(uri), version)
+        reg = _registry(uri, read=True)
+        if _store_missing(reg):
+            raise _no_store_error(reg)
+        result = lineage(reg, version)
+    # Checks as objects: the chain records "<protocol>.<metric> <verdict> <difference>".
+    pairs = []
+    for p in result["pairs"]:
+        checks = []
+        for text in p["checks"]:
+            key, _, value = text.partition(" ")
+            checks.append(output.recorded_check(p["gallery"], key, value))
+        pairs.append({**p, "checks": checks})
+    result = {**result, "pairs": pairs}
     if as_json:
         _echo_json(result)
         return
-    from rich.table import Table
-
-    console = _console()
-    console.print(" -> ".join(result["lineage"]))
-    table = Table(title="pairs")
-    for col in ("query", "gallery", "kind", "verdict", "checks"):
-        table.add_column(col)
-    for p in result["pairs"]:
-        style = {
-            "pass": "[green]pass[/]",
-            "fail": "[red]FAIL[/]",
-            "never checked": "[yellow]never checked[/]",
-        }[p["verdict"]]
-        table.add_row(p["query"], p["gallery"], p["kind"], style, "; ".join(p["checks"]))
-    console.print(table)
+    output.say(" -> ".join(result["lineage"]))
+    rows = []
+    for p in pairs:
+        text, style = CHAIN_STYLES.get(p["verdict"], (p["verdict"], "yellow"))
+        checks = "; ".join(
+            f"{c['protocol']} {c['metric']}{' forward' if c['forward'] else ''} "
+            f"{c['verdict']} {output.fmt_diff(c['difference'])}"
+            for c in p["checks"]
+        )
+        rows.append(
+            [p["query"], p["gallery"], p["kind"], output.Styled(text, style), checks or "-"]
+        )
+    output.print_table(("query", "gallery", "kind", "verdict", "checks"), rows, title="pairs")
 
 
 def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
@@ -291,27 +373,30 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     from compat.registry.promotions import PromotionLog
 
     with exit_on_error():
-        root = _registry(uri).root
+        root = _registry(uri, read=True).root
         entries = PromotionLog(root).promotions()
     if as_json:
         _echo_json({"promotions": entries})
         return
-    from rich.table import Table
-
-    table = Table(title="promotions")
-    for col in ("when", "who", "from", "to", "state", "contract", "report"):
-        table.add_column(col)
-    for e in entries:
-        table.add_row(
-            e["when"],
-            e["who"],
-            str(e.get("from")),
-            e["to"],
-            e["state"] + (" (recovered)" if e.get("recovered") else ""),
-            e.get("contract_sha256", "")[:12],
-            e.get("report_sha256", "")[:12],
-        )
-    _console().print(table)
+    if not entries:
+        output.say("no promotions yet")
+        return
+    output.print_table(
+        ("when", "who", "from", "to", "state", "contract", "report"),
+        [
+            [
+                e["when"],
+                e["who"],
+                output.human(e.get("from")) if e.get("from") else "(unset)",
+                e["to"],
+                e["state"] + (" (recovered)" if e.get("recovered") else ""),
+                (e.get("contract_sha256") or "-")[:12],
+                (e.get("report_sha256") or "-")[:12],
+            ]
+            for e in entries
+        ],
+        title="promotions",
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -147,16 +147,10 @@ def _normalized(x, path: Path):
 def _print_table(
     flat: dict[str, float], counts: dict[str, dict[str, int]], query: Path, gallery: Path
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+    from compat.cli import output
     from compat.evaluate.protocols import PROTOCOLS
 
-    table = Table(title=f"query {query.name}  vs  gallery {gallery.name}")
-    table.add_column("protocol")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("%", justify="right")
+    rows = []
     for name in PROTOCOLS.names():
         if name not in counts:
             continue
@@ -164,15 +158,23 @@ def _print_table(
             if metric not in flat:
                 continue
             v = flat[metric]
-            shown = ("-", "-") if not math.isfinite(v) else (f"{v:.4f}", f"{100 * v:.2f}")
-            table.add_row(name, metric, *shown)
-        table.add_section()
+            shown = ("-", "-") if not math.isfinite(v) else (output.fmt_value(v), f"{100 * v:.2f}")
+            rows.append([name, metric, *shown])
     caption = "; ".join(
         f"{name}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.items())
         for name, c in counts.items()
     )
-    table.caption = caption
-    Console().print(table)
+    output.print_table(
+        (
+            "protocol",
+            "metric",
+            output.Column("value", numeric=True),
+            output.Column("%", numeric=True),
+        ),
+        rows,
+        title=f"query {query.name}  vs  gallery {gallery.name}",
+        caption=caption,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -31,6 +31,9 @@ def _spawn(args: list[str], cwd: Path) -> subprocess.Popen:
 
 
 def test_first_use_from_parallel_processes_does_not_race(tmp_path: Path):
+    # A read command creates no store; an empty sqlite file is one MLflow must still migrate.
+    (tmp_path / "registry").mkdir()
+    (tmp_path / "registry" / "mlflow.db").touch()
     procs = [_spawn(["versions", "--json"], tmp_path) for _ in range(N)]
     outs = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
     for code, out, err in outs:

@@ -1,0 +1,377 @@
+"""What the CLI prints: tables and messages for people, JSON for scripts, a step summary for CI.
+
+Three rules hold for every command:
+
+- **Never truncated.** On a terminal a table is drawn by rich when it fits at the width of its
+  longest words; when it does not (a narrow terminal), each row is printed as a block of
+  ``name: value`` lines that wrap. Off a terminal (a pipe, a CI log, typer's test runner) rich
+  would draw at 80 columns and cut every number to ``0.…``, so tables are printed as markdown
+  rows instead, whole, one line per row, greppable and pasteable.
+- **Rounded and worded for people.** Metric values 4 decimals, differences signed, gains in
+  percent; None is ``-``, booleans ``yes``/``no``. Stored text (tags, descriptions) is escaped
+  before rich sees it, so ``[ok]`` stays ``[ok]`` instead of vanishing as markup.
+- **Numbers as numbers in JSON.** :func:`echo_json` writes one object, NaN and infinities as
+  ``null``; checks are objects (:func:`check_object`), never sentences.
+
+``GITHUB_STEP_SUMMARY`` (GitHub Actions) names a markdown file a job may append to;
+:func:`append_step_summary` appends to it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+# --- formatting values for people ----------------------------------------------------------
+
+
+def fmt_value(x: float | None, digits: int = 4) -> str:
+    """A metric value (a fraction) rounded for people; ``n/a`` when undefined."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def fmt_diff(x: float | None, digits: int = 4) -> str:
+    """A signed difference of two metric values, rounded."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:+.{digits}f}"
+
+
+def fmt_percent(x: float | None, digits: int = 1) -> str:
+    """A fraction shown as a percentage (update gain, shares)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{100 * x:.{digits}f}%"
+
+
+def human(x: Any) -> str:
+    """Any value as people read it: never ``None``, ``True`` or ``False``; floats rounded."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return fmt_value(x)
+    return str(x)
+
+
+# --- consoles ------------------------------------------------------------------------------
+
+
+def console(stderr: bool = False) -> Any:
+    """A rich console that never cuts text: off a terminal it does not wrap at 80 columns
+    (``soft_wrap``), and it never highlights or colours numbers on its own."""
+    from rich.console import Console
+
+    c = Console(stderr=stderr, highlight=False)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return c
+
+
+def say(message: str, style: str | None = None, *, stderr: bool = False) -> None:
+    """Print one message; its text is never read as rich markup."""
+    from rich.text import Text
+
+    console(stderr).print(Text(message, style=style or ""))
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Styled:
+    """A cell with a style on a terminal (``green``, ``red``); plain text elsewhere."""
+
+    text: str
+    style: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Cell = str | Styled
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    numeric: bool = False
+
+
+def _columns(columns: Sequence[str | Column]) -> list[Column]:
+    return [c if isinstance(c, Column) else Column(c) for c in columns]
+
+
+def _md(cell: Cell) -> str:
+    return str(cell).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(columns: Sequence[str | Column], rows: Iterable[Sequence[Cell]]) -> str:
+    """GitHub-flavoured markdown rows (header, rule, one line per row), numbers right-aligned."""
+    cols = _columns(columns)
+    lines = [
+        "| " + " | ".join(_md(c.name) for c in cols) + " |",
+        "|" + "|".join("---:" if c.numeric else "---" for c in cols) + "|",
+    ]
+    lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _text(cell: Cell) -> Any:
+    from rich.text import Text
+
+    if isinstance(cell, Styled):
+        return Text(cell.text, style=cell.style)
+    return Text(str(cell))
+
+
+def _rich_table(
+    title: str | None,
+    cols: list[Column],
+    rows: Sequence[Sequence[Cell]],
+    caption: str | None,
+    show_header: bool,
+) -> Any:
+    from rich.table import Table
+
+    table = Table(
+        title=_text(title) if title else None,
+        caption=_text(caption) if caption else None,
+        show_header=show_header,
+    )
+    for c in cols:
+        table.add_column(c.name, justify="right" if c.numeric else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(_text(cell) for cell in row))
+    return table
+
+
+def _fits(width: int, cols: list[Column], rows: Sequence[Sequence[Cell]]) -> bool:
+    """Whether a boxed rich table fits ``width`` without breaking any word (a number is one
+    word): each column as wide as its longest word, plus a border and two spaces a column."""
+    from rich.cells import cell_len
+
+    def longest(text: str) -> int:
+        return max((cell_len(w) for w in text.split()), default=0)
+
+    needed = 1 + sum(
+        3 + max([longest(c.name)] + [longest(str(row[i])) for row in rows])
+        for i, c in enumerate(cols)
+    )
+    return needed <= width
+
+
+def print_table(
+    columns: Sequence[str | Column],
+    rows: Sequence[Sequence[Cell]],
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    show_header: bool = True,
+) -> None:
+    """A table on stdout, never truncated (see the module docstring for the three layouts)."""
+    from rich.text import Text
+
+    cols = _columns(columns)
+    con = console()
+    if not con.is_terminal:
+        out = [title] if title else []
+        if show_header:
+            out.append(markdown_table(cols, rows))
+        else:  # a key-value table: one ``key: value`` line each
+            out += [": ".join(str(cell) for cell in row) for row in rows]
+        if caption:
+            out.append(caption)
+        typer.echo("\n".join(out))
+        return
+    if _fits(con.width, cols, rows):
+        con.print(_rich_table(title, cols, rows, caption, show_header))
+        return
+    # Narrow terminal: one block per row, every value whole and wrapped by rich.
+    if title:
+        con.print(Text(title, style="bold"))
+    for row in rows:
+        if not show_header:  # a key-value table: ``key: value``
+            con.print(Text(f"{row[0]}: ").append_text(_text(" ".join(map(str, row[1:])))))
+            continue
+        for i, (col, cell) in enumerate(zip(cols, row, strict=True)):
+            line = Text(("- " if i == 0 else "  ") + f"{col.name}: ")
+            con.print(line.append_text(_text(cell)))
+    if caption:
+        con.print(Text(caption))
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values: NaN and infinities become null, paths and other objects strings."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, bool | int | str) or obj is None:
+        return obj
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # a numpy scalar
+        return jsonable(obj.item())
+    return str(obj)
+
+
+def echo_json(obj: Any) -> None:
+    """Exactly one JSON object on stdout (sorted keys, numbers as numbers)."""
+    sys.stdout.write(json.dumps(jsonable(obj), sort_keys=True, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def as_int(value: Any) -> int | None:
+    """A registry string such as a tag's ``"128"`` as a number; None when it is not one."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def as_float(value: Any) -> float | None:
+    try:
+        x = float(str(value))
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def check_object(criterion: Mapping[str, Any]) -> dict[str, Any]:
+    """One checked criterion of a gate report (``compat.contracts.gate.CriterionResult`` as a
+    dict) in the documented JSON shape: protocol, metric, gallery, new, baseline, difference,
+    lower_bound, verdict, plus require, margin and confidence."""
+    return {
+        "protocol": criterion["protocol"],
+        "metric": criterion["metric"],
+        "gallery": criterion["gallery"],
+        "new": criterion.get("lhs_value"),
+        "baseline": criterion.get("rhs_value"),
+        "difference": criterion.get("difference"),
+        "lower_bound": criterion.get("lower_bound"),
+        "verdict": "pass" if criterion.get("passed") else "fail",
+        "require": criterion.get("require"),
+        "margin": criterion.get("margin"),
+        "confidence": criterion.get("confidence"),
+    }
+
+
+def recorded_check(gallery: str, key: str, value: str) -> dict[str, Any]:
+    """A check as the gate recorded it in a tag: ``compat.check.<gallery>.<key>`` = ``value``,
+    ``key`` being ``<protocol>.<metric>[.forward]`` (metric in tag spelling, ``tar/far:0.1``)
+    and ``value`` ``pass +0.0123``. Values the tag does not hold (new, baseline, lower bound)
+    are null; the full numbers are in the promote report."""
+    protocol, _, metric = key.partition(".")
+    forward = metric.endswith(".forward")
+    if forward:
+        metric = metric[: -len(".forward")]
+    verdict, _, diff = value.partition(" ")
+    return {
+        "protocol": protocol,
+        "metric": metric.replace("/", "@").replace(":", "="),
+        "gallery": gallery,
+        "new": None,
+        "baseline": None,
+        "difference": as_float(diff),
+        "lower_bound": None,
+        "verdict": verdict or "fail",
+        "forward": forward,
+    }
+
+
+def gain_of(report: Mapping[str, Any], protocol: str, metric: str) -> float | None:
+    g = report.get("gain", {}).get(protocol, {}).get(metric)
+    return None if g is None else g.get("value")
+
+
+# --- the GitHub Actions step summary -------------------------------------------------------
+
+
+def promote_summary(report: Mapping[str, Any]) -> str:
+    """A markdown summary of a promote report: the verdict, one row per check."""
+    version, parent = report["version"], report.get("parent")
+    if report.get("dry_run"):
+        outcome = "dry run, nothing recorded"
+    elif report.get("passed"):
+        outcome = f"production -> {version}" if report.get("moved") else "production unchanged"
+    else:
+        outcome = "production unchanged"
+    verdict = "PASSED" if report.get("passed") else "FAILED"
+    against = f" vs {parent}" if parent else ""
+    lines = [f"### compat promote {version}{against}: {verdict} ({outcome})", ""]
+    criteria = report.get("criteria", [])
+    if not criteria:
+        lines.append(f"{version} has no parent: no criteria to check.")
+    else:
+        rows = []
+        for c in criteria:
+            check = check_object(c)
+            gain = gain_of(report, c["protocol"], c["metric"]) if c["gallery"] == parent else None
+            rows.append(
+                [
+                    check["protocol"],
+                    check["metric"],
+                    check["gallery"],
+                    fmt_value(check["new"]),
+                    fmt_value(check["baseline"]),
+                    fmt_diff(check["difference"]),
+                    fmt_diff(check["lower_bound"]) if c.get("confidence") else "-",
+                    fmt_percent(gain) if gain is not None else "-",
+                    "pass" if check["verdict"] == "pass" else "**FAIL**",
+                ]
+            )
+        lines.append(markdown_table(SUMMARY_COLUMNS, rows))
+    lines += [f"- {m}" for m in report.get("messages", [])]
+    return "\n".join(lines) + "\n\n"
+
+
+SUMMARY_COLUMNS = (
+    Column("protocol"),
+    Column("metric"),
+    Column("gallery"),
+    Column("new", numeric=True),
+    Column("baseline", numeric=True),
+    Column("difference", numeric=True),
+    Column("lower bound", numeric=True),
+    Column("gain", numeric=True),
+    Column("verdict"),
+)
+
+
+def error_summary(command: str, message: str, exit_code: int) -> str:
+    """A markdown summary of a command that ended in an error (no verdict was reached)."""
+    return f"### {command}: error (exit {exit_code})\n\n{_md(message)}\n\n"
+
+
+def append_step_summary(markdown: str) -> Path | None:
+    """Append to the file ``GITHUB_STEP_SUMMARY`` names, if set; a failure to write is a
+    warning on stderr, never a change of the command's exit code."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    path = Path(target)
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.write(markdown)
+    except OSError as err:
+        print(f"warning: {path}: step summary not written: {err.strerror}", file=sys.stderr)
+        return None
+    return path
