@@ -1,4 +1,4 @@
-"""Registry commands: register, promote, versions, show, chain, log.
+"""Registry commands: register, promote, versions, show, chain, log, verify.
 
 Exit codes (documented in the README): 0 pass, 1 a criterion failed, 2 usage error, 3 something
 named was not found, 4 bad input (contract, card, embeddings), 5 registry unreachable,
@@ -189,7 +189,9 @@ def _print_verdict(report: dict[str, Any]) -> None:
 def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     """List registered versions with parent, status and alias."""
     with exit_on_error():
-        records = _registry(uri).versions()
+        reg = _registry(uri)
+        records = reg.versions()
+        _warn_drift(reg)
     rows = [
         {
             "version": r.name,
@@ -288,11 +290,10 @@ def chain_cmd(
 
 def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     """The promotion log: who moved production, when, from what to what."""
-    from compat.registry.promotions import PromotionLog
-
     with exit_on_error():
-        root = _registry(uri).root
-        entries = PromotionLog(root).promotions()
+        reg = _registry(uri)
+        entries = reg.ledger().promotions()
+        _warn_drift(reg, entries)
     if as_json:
         _echo_json({"promotions": entries})
         return
@@ -314,6 +315,30 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     _console().print(table)
 
 
+def _warn_drift(reg: Any, entries: list[dict[str, Any]] | None = None) -> None:
+    """Say on stderr when the production alias disagrees with the promotion log."""
+    from compat.registry.drift import drift
+
+    if entries is None:
+        entries = reg.ledger().promotions()
+    message = drift(reg.production(), entries)
+    if message:
+        typer.echo(f"warning: {message}", err=True)
+
+
+def verify_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
+    """Check that `production` is where the promotion log's last committed move put it (exit 6 if not)."""
+    from compat.registry.drift import verify
+
+    with exit_on_error():
+        result = verify(_registry(uri))
+    if as_json:
+        _echo_json(result)
+        return
+    where = result["production"] or "unset"
+    typer.echo(f"production is {where}, as the promotion log says ({result['log']})")
+
+
 def register(app: typer.Typer) -> None:
     app.command("register")(register_cmd)
     app.command("promote")(promote_cmd)
@@ -321,3 +346,4 @@ def register(app: typer.Typer) -> None:
     app.command("show")(show_cmd)
     app.command("chain")(chain_cmd)
     app.command("log")(log_cmd)
+    app.command("verify")(verify_cmd)
