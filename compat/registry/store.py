@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.errors import BadInputError, ConflictError, InfrastructureError, NotFoundError
+from compat.errors import (
+    BadInputError,
+    CompatError,
+    ConflictError,
+    InfrastructureError,
+    NotFoundError,
+)
 
 TAG_PREFIX = "compat."
 VERSION_TAG = "compat.version"
@@ -164,8 +170,7 @@ class Registry:
             with schema_lock:
                 if self.is_local and (self.root / "mlflow.db").is_file():
                     relocate(self.root / "mlflow.db", (self.root / "artifacts").as_uri())
-                mlflow.set_tracking_uri(self.uri)
-                mlflow.set_registry_uri(self.uri)
+                _set_uris(mlflow, self.uri)
                 client = MlflowClient(self.uri, self.uri)
                 if client.get_experiment_by_name(EXPERIMENT) is None:
                     location = (self.root / "artifacts").as_uri() if self.is_local else None
@@ -199,7 +204,7 @@ class Registry:
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
                 return getattr(self.client, fn)(*args, **kwargs)
-            except (InfrastructureError, ConflictError):
+            except CompatError:  # already one line with its exit code (e.g. from _connect)
                 raise
             except Exception as err:
                 if is_conflict(err):
@@ -298,6 +303,29 @@ class Registry:
 
     def set_production(self, rec: VersionRecord) -> None:
         self.call("set_registered_model_alias", self.model, PRODUCTION, rec.mlflow_version)
+
+
+def _set_uris(mlflow: Any, uri: str) -> None:
+    """Point mlflow's fluent API at ``uri`` without leaving it in ``os.environ``: mlflow's
+    setters export ``MLFLOW_TRACKING_URI``, which would then name this store for every later
+    Registry (the CLI reads that variable) and every subprocess, even in another project."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    try:
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+        # mlflow caches artifact repositories by run id, process-wide: a copied store has the
+        # same run ids with other artifact folders, so a cache filled by another store is wrong.
+        from mlflow.tracking._tracking_service import utils
+
+        cache = getattr(utils, "_artifact_repos_cache", None)
+        if cache is not None:
+            cache.clear()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _check_sqlite_folder(uri: str) -> None:

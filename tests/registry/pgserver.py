@@ -8,6 +8,7 @@ temporary folder that user owns. Tests skip, with the reason, where PostgreSQL i
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -57,11 +58,13 @@ class Postgres:
 
     def start(self) -> None:
         if not self.data.exists():
-            self.run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
-                     "--auth=trust", "-E", "UTF8", "--no-sync")  # fmt: skip
+            initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres"]
+            self.run(*initdb, "--auth=trust", "-E", "UTF8", "--no-sync")
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
-                 str(self.dir / "log"), "-w", "start")  # fmt: skip
+        log = str(self.dir / "log")
+        self.run(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", log, "-w", "start"
+        )
         import psycopg
 
         with psycopg.connect(self.url.replace("/mlflow", "/postgres"), autocommit=True) as c:
@@ -76,19 +79,21 @@ class Postgres:
 
 
 class MlflowServer:
-    def __init__(self, backend: str, artifacts: Path) -> None:
+    def __init__(self, backend: str, artifacts: Path, port: int | None = None) -> None:
         self.backend = backend.replace("postgresql://", "postgresql+psycopg://")
         self.artifacts = artifacts
-        self.port = free_port()
+        self.port = port or free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 180) -> None:
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend,
-             "--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "2"],  # fmt: skip
+            [
+                *(sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend),
+                *("--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1"),
+                *("--port", str(self.port), "--workers", "2"),
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=open(self.artifacts.parent / "mlflow-server.log", "ab"),  # noqa: SIM115
@@ -111,3 +116,66 @@ class MlflowServer:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+
+
+class Shared:
+    """PostgreSQL plus an mlflow server on it; ``env`` points compat at both."""
+
+    def __init__(self) -> None:
+        self.pg = Postgres()
+        self.pg.start()
+        self.folder = Path(tempfile.mkdtemp(prefix="mlflow-server-"))
+        (self.folder / "artifacts").mkdir()
+        self.server = MlflowServer(self.pg.url, self.folder / "artifacts")
+        try:
+            self.server.start()
+        except BaseException:
+            self.pg.stop()
+            raise
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"MLFLOW_TRACKING_URI": self.server.uri, "COMPAT_REGISTRY_DATABASE": self.pg.url}
+
+    def restart_server(self) -> None:
+        self.server.kill()
+        self.server = MlflowServer(self.pg.url, self.folder / "artifacts", port=self.server.port)
+        self.server.start()
+
+    def reset(self) -> None:
+        """An empty registry and log (the server and database stay up)."""
+        import psycopg
+
+        with psycopg.connect(self.pg.url, autocommit=True) as c:
+            c.execute("DROP TABLE IF EXISTS compat_promotions")
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self.server.uri, self.server.uri)
+        with contextlib.suppress(Exception):  # not registered yet
+            client.delete_registered_model("compat")
+
+    def stop(self) -> None:
+        try:
+            self.server.kill()
+        finally:
+            self.pg.stop()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def skip_reason() -> str | None:
+    """Why the shared-server tests cannot run here, or None."""
+    if pg_bin() is None:
+        return "PostgreSQL is not installed (initdb/pg_ctl not found; .ci/run installs it)"
+    if os.geteuid() == 0 and (shutil.which("runuser") is None or not _has_user("postgres")):
+        return "running as root without runuser or a postgres user to run PostgreSQL as"
+    return None
+
+
+def _has_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True

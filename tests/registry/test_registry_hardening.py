@@ -155,22 +155,37 @@ def test_a_persistent_write_conflict_is_exit_6_not_5(project, monkeypatch):
 # --- item 8: unreachable is fast and clean; names are validated -----------------------------------
 
 
-def _compat_tmp() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("compat-*")}
-
-
 def test_an_unreachable_server_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+    """Exit 5 naming the URI, and no registry/ lock file or temporary folder left behind."""
+    import numpy as np
+
+    from compat.embeddings.bundle import EmbeddingBundle, save_bundle
+
+    project, scratch = tmp_path / "project", tmp_path / "tmp"
+    project.mkdir(), scratch.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # this test's own temporary folder
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
-    before = _compat_tmp()
-    (tmp_path / "contracts").mkdir()
-    (tmp_path / "contracts" / "v1.yaml").write_text("version: v1\nembedding_dim: 4\nhead: cosface\n")
-    for args in (["versions"], ["promote", "v1"], ["log"], ["verify"]):
+    (project / "contracts").mkdir()
+    (project / "contracts" / "v1.yaml").write_text("version: v1\nembedding_dim: 4\nhead: cosface\n")
+    emb = np.eye(4, dtype=np.float32)
+    save_bundle(
+        project / "v1.npz",
+        EmbeddingBundle(embeddings=emb, labels=np.arange(4), ids=list("abcd"), version="v1"),
+    )
+    commands = (
+        ["register", "v1", "--embeddings", "v1.npz"],
+        ["versions"],
+        ["promote", "v1"],
+        ["log"],
+        ["verify"],
+    )
+    for args in commands:
         r = cli(*args, "--registry-uri", "http://127.0.0.1:9")
         assert r.exit_code == 5, (args, r.output)
         assert "http://127.0.0.1:9" in r.stderr
-    assert sorted(os.listdir(tmp_path)) == ["contracts"]  # no registry/.schema.lock
-    assert _compat_tmp() <= before
+    assert sorted(os.listdir(project)) == ["contracts", "v1.npz"]  # no registry/.schema.lock
+    assert os.listdir(scratch) == []  # no compat-* folder
 
 
 def test_a_sqlite_uri_in_a_missing_folder_is_not_found(tmp_path, monkeypatch):
@@ -184,9 +199,10 @@ def test_a_sqlite_uri_in_a_missing_folder_is_not_found(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["../v1", "a/b", "v1..x", "none", ".hidden", "a\\b", ""])
 def test_version_names_are_validated(project, name):
-    for args in (["register", name], ["promote", name], ["promote", "v1", "--against", name]):
-        if args[-1] == "none" and args[1] == "promote" and len(args) == 4:
-            continue  # --against none is the first promotion
+    commands = [["register", name], ["promote", name]]
+    if name != "none":  # --against none is the first promotion
+        commands.append(["promote", "v1", "--against", name])
+    for args in commands:
         r = cli(*args)
         assert r.exit_code == 4, (args, r.output)
         assert "version name" in r.stderr
