@@ -162,7 +162,9 @@ class Registry:
             # migration; a file lock serialises first use (and the relocation below).
             schema_lock = FileLock(str(self.root / ".schema.lock"), timeout=300)
         elif self.uri.startswith("sqlite:"):
-            _check_sqlite_folder(self.uri)
+            db = _check_sqlite_folder(self.uri)
+            if db is not None:
+                schema_lock = FileLock(f"{db}.schema.lock", timeout=300)
         try:
             import mlflow
             from mlflow import MlflowClient
@@ -328,17 +330,18 @@ def _set_uris(mlflow: Any, uri: str) -> None:
                 os.environ[key] = value
 
 
-def _check_sqlite_folder(uri: str) -> None:
-    """A ``sqlite:///`` URI names a file in an existing folder (exit 3), never a new store in
-    a folder created by accident."""
+def _check_sqlite_folder(uri: str) -> Path | None:
+    """The database file a ``sqlite:///`` URI names, in an existing folder (else exit 3: never
+    a new store in a folder created by accident); None for an in-memory database."""
     path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
-    if not uri.startswith("sqlite:///") or str(path) in ("", ":memory:"):
-        return
+    if not uri.startswith("sqlite:///") or str(path) in ("", ".", ":memory:"):
+        return None
     if not path.parent.is_dir():
         raise NotFoundError(
             f"registry {uri}: folder {path.parent} does not exist (create it, or unset "
             "MLFLOW_TRACKING_URI for the default store under registry/)"
         )
+    return path
 
 
 # The columns where MLflow stores absolute artifact locations (MLflow 3 schema).

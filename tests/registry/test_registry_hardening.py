@@ -207,3 +207,24 @@ def test_version_names_are_validated(project, name):
         assert r.exit_code == 4, (args, r.output)
         assert "version name" in r.stderr
     assert PromotionLog("registry").lines() == []
+
+
+def test_a_server_that_never_answers_is_exit_5_within_the_timeout(tmp_path, monkeypatch):
+    """A black-holed server (it accepts the connection, then says nothing) must not hang the
+    gate: the request timeout bounds the wait."""
+    import socket
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes handshakes; nobody ever reads or answers
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        r = cli("versions", "--registry-uri", uri)
+        elapsed = time.monotonic() - start
+    assert r.exit_code == 5, r.output
+    assert uri in r.stderr
+    assert elapsed < 30, elapsed  # one 2 s timeout (no retries), not a hang
+    assert os.listdir(tmp_path) == []
