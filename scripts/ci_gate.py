@@ -6,8 +6,10 @@
 1. The candidate is CANDIDATE, else the newest contract in ``contracts/`` (natural order).
 2. Every version its gate needs is listed: its parent, its ``transitive`` ancestors and its
    paragon (the contract's, else ``params.yaml`` ``evaluate.paragon``), then theirs, and so on.
-3. Their trained folders (``models/<v>``; with ``--embeddings-dir``, the bundles
-   ``<dir>/<v>.npz``) are restored from the DVC remote with ``dvc pull`` instead of retraining.
+3. The trained versions are restored from the DVC remote with ``dvc pull`` instead of
+   retraining: every output ``dvc.lock`` records (the evaluation images and split the gate
+   embeds, ``models/<v>/``, psi); with ``--embeddings-dir``, only the bundles
+   ``<dir>/<v>.npz`` of the needed versions.
 4. Each is registered, ancestors first: identical weights are a no-op; other weights under a
    registered name stop the gate (exit 4, naming both digests).
 5. ``compat promote CANDIDATE --against <production now>`` (``none`` while production is unset):
@@ -93,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         return str(a.embeddings_dir / f"{v}.npz") if a.embeddings_dir else f"models/{v}"
 
     if not a.no_pull:
-        print("+ dvc pull " + " ".join(source(v) for v in versions), flush=True)
-        if subprocess.run([sys.executable, "-m", "dvc", "pull", *map(source, versions)]).returncode:
+        # The pipeline's outputs (data, splits, models/<v>/, psi) as dvc.lock records them;
+        # with --embeddings-dir, only the bundles the gate needs.
+        targets = [source(v) for v in versions] if a.embeddings_dir else []
+        print("+ dvc pull " + " ".join(targets), flush=True)
+        if subprocess.run([sys.executable, "-m", "dvc", "pull", *targets]).returncode:
             print(
                 "error: dvc pull failed (is the DVC remote configured and reachable?)",
                 file=sys.stderr,
