@@ -317,10 +317,15 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
 
 def _warn_drift(reg: Any, entries: list[dict[str, Any]] | None = None) -> None:
     """Say on stderr when the production alias disagrees with the promotion log."""
+    from compat.errors import CompatError
     from compat.registry.drift import drift
 
     if entries is None:
-        entries = reg.ledger().promotions()
+        try:
+            entries = reg.ledger().promotions()
+        except CompatError as err:  # the listing itself does not depend on the log
+            typer.echo(f"warning: promotion log not read: {err.message}", err=True)
+            return
     message = drift(reg.production(), entries)
     if message:
         typer.echo(f"warning: {message}", err=True)
