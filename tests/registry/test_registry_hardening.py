@@ -228,3 +228,15 @@ def test_a_server_that_never_answers_is_exit_5_within_the_timeout(tmp_path, monk
     assert uri in r.stderr
     assert elapsed < 30, elapsed  # one 2 s timeout (no retries), not a hang
     assert os.listdir(tmp_path) == []
+
+
+def test_a_corrupt_log_fails_log_but_not_the_version_listing(project):
+    _register(project, "v1", noise=1.5, seed=1)
+    assert cli("promote", "v1").exit_code == 0
+    log = PromotionLog("registry").path
+    log.write_bytes(b"{not json\n" + log.read_bytes())  # corruption, not a torn last line
+    r = cli("versions", "--json")
+    assert r.exit_code == 0 and "promotion log not read" in r.stderr
+    assert "v1" in r.stdout
+    r = cli("log")
+    assert r.exit_code == 4 and "promotions.jsonl:1" in r.stderr
