@@ -121,13 +121,14 @@ class Registry:
     def database(self) -> str | None:
         """The PostgreSQL URL of the shared backend, if there is one.
 
-        ``COMPAT_REGISTRY_DATABASE`` (the server's ``--backend-store-uri``), or the tracking URI
-        itself when it is a ``postgresql://`` URL (MLflow talking to the database directly)."""
+        The tracking URI itself when it is a ``postgresql://`` URL (MLflow talking to the
+        database directly), else ``COMPAT_REGISTRY_DATABASE`` (the server's
+        ``--backend-store-uri``) unless the registry is the embedded default."""
+        if self.uri.startswith(("postgresql://", "postgresql+", "postgres://")):
+            return self.uri  # the registry's own database
         env = os.environ.get(DATABASE_ENV)
         if env and not self.is_local:
             return env
-        if self.uri.startswith(("postgresql://", "postgresql+", "postgres://")):
-            return self.uri
         return None
 
     def ledger(self) -> Any:

@@ -240,3 +240,35 @@ def test_a_corrupt_log_fails_log_but_not_the_version_listing(project):
     assert "v1" in r.stdout
     r = cli("log")
     assert r.exit_code == 4 and "promotions.jsonl:1" in r.stderr
+
+
+def test_shared_backend_selection_and_urls(tmp_path, monkeypatch):
+    """Which ledger a registry uses, and the PostgreSQL URL forms (no server needed)."""
+    from compat.registry.shared import PostgresLedger, lock_key, plain_url, redacted
+
+    assert plain_url("postgresql+psycopg2://u:p@h:5/db") == "postgresql://u:p@h:5/db"
+    assert plain_url("postgres://h/db") == "postgresql://h/db"
+    assert redacted("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
+    assert lock_key("compat") == lock_key("compat") != lock_key("other")
+    assert -(2**63) <= lock_key("compat") < 2**63
+    monkeypatch.delenv("COMPAT_REGISTRY_DATABASE", raising=False)
+    assert isinstance(Registry(root=tmp_path).ledger(), PromotionLog)  # the sqlite default
+    remote = Registry(uri="http://mlflow:5000", root=tmp_path)
+    assert isinstance(remote.ledger(), PromotionLog)  # no database named: local lock and log
+    monkeypatch.setenv("COMPAT_REGISTRY_DATABASE", "postgresql://u:pw@db/mlflow")
+    ledger = Registry(uri="http://mlflow:5000", root=tmp_path).ledger()
+    assert isinstance(ledger, PostgresLedger) and "pw" not in ledger.where
+    assert isinstance(Registry(root=tmp_path).ledger(), PromotionLog)  # the default ignores it
+    direct = Registry(uri="postgresql+psycopg://u@db/mlflow", root=tmp_path).ledger()
+    assert isinstance(direct, PostgresLedger) and direct.url == "postgresql://u@db/mlflow"
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_unreachable_promotion_log_database_is_exit_5(tmp_path):
+    from compat.errors import InfrastructureError
+    from compat.registry.shared import PostgresLedger
+
+    ledger = PostgresLedger("postgresql://u:secret@127.0.0.1:9/db", "compat")
+    with pytest.raises(InfrastructureError, match=r"127\.0\.0\.1:9/db is unreachable") as err:
+        ledger.promotions()
+    assert "secret" not in str(err.value)
