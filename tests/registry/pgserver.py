@@ -86,13 +86,15 @@ class MlflowServer:
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 180) -> None:
+    def start(self, timeout: float = 600) -> None:
+        """Start and wait for ``/health`` (the first start migrates the schema: minutes on a
+        loaded machine)."""
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
         self.proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend),
                 *("--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1"),
-                *("--port", str(self.port), "--workers", "2"),
+                *("--port", str(self.port), "--workers", "1"),
             ],
             env=env,
             stdout=subprocess.DEVNULL,
@@ -130,7 +132,9 @@ class Shared:
         try:
             self.server.start()
         except BaseException:
+            self.server.kill()
             self.pg.stop()
+            shutil.rmtree(self.folder, ignore_errors=True)
             raise
 
     @property
