@@ -1,4 +1,4 @@
-"""Registry commands: register, promote, versions, show, chain, log.
+"""Registry commands: register, promote, versions, show, chain, log, verify.
 
 Exit codes (documented in the README): 0 pass, 1 a criterion failed, 2 usage error, 3 something
 named was not found, 4 bad input (contract, card, embeddings), 5 registry unreachable,
@@ -224,6 +224,8 @@ def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> Non
     with exit_on_error():
         reg = _registry(uri, read=True)
         records = [] if _store_missing(reg) else reg.versions()
+        if records:
+            _warn_drift(reg)
     rows = [
         {
             "version": r.name,
@@ -370,11 +372,11 @@ def chain_cmd(
 
 def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     """The promotion log: who moved production, when, from what to what."""
-    from compat.registry.promotions import PromotionLog
-
     with exit_on_error():
-        root = _registry(uri, read=True).root
-        entries = PromotionLog(root).promotions()
+        reg = _registry(uri, read=True)
+        entries = [] if _store_missing(reg) else reg.ledger().promotions()
+        if not _store_missing(reg):
+            _warn_drift(reg, entries)
     if as_json:
         _echo_json({"promotions": entries})
         return
@@ -399,6 +401,38 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     )
 
 
+def _warn_drift(reg: Any, entries: list[dict[str, Any]] | None = None) -> None:
+    """Say on stderr when the production alias disagrees with the promotion log."""
+    from compat.errors import CompatError
+    from compat.registry.drift import drift
+
+    if entries is None:
+        try:
+            entries = reg.ledger().promotions()
+        except CompatError as err:  # the listing itself does not depend on the log
+            typer.echo(f"warning: promotion log not read: {err.message}", err=True)
+            return
+    message = drift(reg.production(), entries)
+    if message:
+        typer.echo(f"warning: {message}", err=True)
+
+
+def verify_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
+    """Check that `production` is where the promotion log's last committed move put it (exit 6 if not)."""
+    from compat.registry.drift import verify
+
+    with exit_on_error():
+        reg = _registry(uri, read=True)
+        if _store_missing(reg):
+            raise _no_store_error(reg)
+        result = verify(reg)
+    if as_json:
+        _echo_json(result)
+        return
+    where = result["production"] or "unset"
+    typer.echo(f"production is {where}, as the promotion log says ({result['log']})")
+
+
 def register(app: typer.Typer) -> None:
     app.command("register")(register_cmd)
     app.command("promote")(promote_cmd)
@@ -406,3 +440,4 @@ def register(app: typer.Typer) -> None:
     app.command("show")(show_cmd)
     app.command("chain")(chain_cmd)
     app.command("log")(log_cmd)
+    app.command("verify")(verify_cmd)

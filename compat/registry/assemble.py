@@ -11,6 +11,8 @@ registered weights and the parent's row width before it runs.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,7 @@ def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
     from mlflow.artifacts import download_artifacts
 
     dst = Path(tempfile.mkdtemp(prefix=f"compat-{rec.name}-"))
+    atexit.register(shutil.rmtree, dst, True)  # read during this process only
     try:
         return Path(
             download_artifacts(
@@ -69,6 +72,8 @@ def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
             )
         )
     except Exception as err:
+        shutil.rmtree(dst, ignore_errors=True)
+        reg.production_mlflow_version()  # an unreachable registry is exit 5, not "not found"
         raise NotFoundError(
             f"{rec.name}: artifact {artifact!r} of run {rec.run_id} could not be read: {err}"
         ) from None

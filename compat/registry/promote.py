@@ -20,9 +20,10 @@ from compat.contracts.gate import DeclaredFacts, Verdict, check_facts, judge
 from compat.contracts.schema import Contract, contract_digest, load_contract
 from compat.errors import BadInputError, ConflictError, NotFoundError, UsageError
 from compat.registry.assemble import Paths, assemble
-from compat.registry.promotions import PromotionLog, now, promotion_lock, who
+from compat.registry.drift import drift
+from compat.registry.promotions import now, who
 from compat.registry.record import record_verdict, seal
-from compat.registry.store import Registry, VersionRecord
+from compat.registry.store import Registry, VersionRecord, check_version_name
 
 # ``--against none``: the caller expects production to be unset (the first promotion).
 NO_VERSION = "none"
@@ -91,6 +92,9 @@ def promote(
     expect_unset = against is not None and against.lower() == NO_VERSION
     if expect_unset:
         against = None
+    check_version_name(version)
+    if against is not None:
+        check_version_name(against)
     paths = paths or Paths()
     contract_path = paths.contracts / f"{version}.yaml"
     contract: Contract = load_contract(contract_path)
@@ -174,11 +178,19 @@ def _move_production(
     ``against``: the version production must point at now; None: production must be unset
     (``expect_unset``: the caller said so with ``--against none``; else it named no version,
     which is a usage error while production is set)."""
-    root = reg.root
-    log = PromotionLog(root)
-    with promotion_lock(root):
-        log.reconcile(reg.production)
+    log = reg.ledger()
+    with log.lock():
+        repaired = log.repair()
+        if repaired:
+            messages.append(repaired)
+        for p in log.reconcile(reg.production):
+            # A promotion a crash left pending: the version it moved is promoted after all.
+            if p["state"] == "committed" and p.get("to"):
+                reg.set_tags(reg.get(p["to"]), {"compat.status": "promoted"})
         current = reg.production()
+        drifted = drift(current, log.promotions())
+        if drifted:
+            messages.append(drifted)
         if current == rec.name:
             messages.append(f"{rec.name} is already production; nothing to move")
             moved = False
@@ -205,6 +217,8 @@ def _move_production(
                 registry=reg.uri,
                 mlflow_version=rec.mlflow_version,
             )
+            # If the move fails (the server died), the pending record stays: the next
+            # promotion resolves it against the alias, so nothing is logged half-done.
             reg.set_production(rec)
             log.finish(pid)
             moved = True

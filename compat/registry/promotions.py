@@ -1,13 +1,18 @@
-"""The promotion lock and the append-only promotion log.
+"""The promotion lock and the append-only promotion log (a "ledger").
 
-MLflow aliases have no compare-and-set, so ``compat promote`` holds a file lock around
-read-alias, check, set-alias (docs/findings.md: 8 concurrent writers hit an IntegrityError without it).
+MLflow aliases have no compare-and-set, so ``compat promote`` holds a lock around read-alias,
+check, set-alias (docs/findings.md: 8 concurrent writers hit an IntegrityError without it).
 
-The log is JSON lines, one fsync'd ``write`` per line. A promotion writes a ``pending`` line
-*before* it moves the alias and a ``committed`` line after. A crash between the two leaves a
-pending line that the next promotion (under the lock) resolves against the registry: if the alias
-points at the pending target it is marked committed, otherwise aborted. So the log never loses a
-promotion that happened and never claims one that did not.
+A promotion writes a ``pending`` record *before* it moves the alias and a ``committed`` record
+after. A crash between the two leaves a pending record that the next promotion (under the lock)
+resolves against the registry: if the alias points at the pending target it is marked
+committed (and the version's ``compat.status`` tag set to ``promoted``), otherwise aborted. So
+the log never loses a promotion that happened and never claims one that did not.
+
+Two ledgers share that logic: :class:`PromotionLog`, JSON lines in ``registry/promotions.jsonl``
+under a file lock (the embedded sqlite store, or one machine), and
+:class:`compat.registry.shared.PostgresLedger`, a table and an advisory lock in the PostgreSQL
+database behind a shared ``mlflow server`` (docs/design.md, Registry conventions).
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from compat.errors import BadInputError
+from compat.errors import BadInputError, InfrastructureError
 
 LOG_FILE = "promotions.jsonl"
 LOCK_FILE = "promote.lock"
+TORN_SUFFIX = ".torn"
 
 
 def who() -> str:
@@ -45,68 +51,42 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-@contextlib.contextmanager
-def promotion_lock(root: str | os.PathLike[str], timeout: float = 120.0) -> Iterator[None]:
-    from filelock import FileLock, Timeout
+def replay(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per promotion with its final state (committed, aborted or pending)."""
+    by_id: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        pid = line.get("id")
+        if not pid:
+            continue
+        if line.get("state") == "pending":
+            by_id[pid] = dict(line)
+        elif pid in by_id:
+            by_id[pid]["state"] = line["state"]
+            if line.get("recovered"):
+                by_id[pid]["recovered"] = True
+    return list(by_id.values())
 
-    from compat.errors import InfrastructureError
 
-    Path(root).mkdir(parents=True, exist_ok=True)
-    try:
-        with FileLock(str(Path(root) / LOCK_FILE), timeout=timeout):
-            yield
-    except Timeout:
-        raise InfrastructureError(
-            f"{Path(root) / LOCK_FILE}: lock not acquired within {timeout:g} s"
-        ) from None
+class Ledger:
+    """The lock and the log of one registry; subclasses store the lines."""
 
+    where: str = ""
 
-class PromotionLog:
-    """Append-only JSON-lines log of promotions."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.path = Path(root) / LOG_FILE
-
-    def append(self, entry: dict[str, Any]) -> None:
-        line = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def lock(self, timeout: float = 120.0) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
 
     def lines(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        out = []
-        for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                # A torn last line (crash mid-write) is skipped, never fatal; anything else is.
-                if n == len(self.path.read_text(encoding="utf-8").splitlines()):
-                    continue
-                raise BadInputError(f"{self.path}:{n}: not a JSON line") from None
-        return out
+        raise NotImplementedError
+
+    def append(self, entry: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def repair(self) -> str | None:
+        """Make the log safe to append to (call under the lock); a message if anything was done."""
+        return None
 
     def promotions(self) -> list[dict[str, Any]]:
-        """One record per promotion with its final state: committed, aborted or pending."""
-        by_id: dict[str, dict[str, Any]] = {}
-        for line in self.lines():
-            pid = line.get("id")
-            if not pid:
-                continue
-            if line.get("state") == "pending":
-                by_id[pid] = dict(line)
-            elif pid in by_id:
-                by_id[pid]["state"] = line["state"]
-                if line.get("recovered"):
-                    by_id[pid]["recovered"] = True
-        return list(by_id.values())
+        return replay(self.lines())
 
     def begin(self, **fields: Any) -> str:
         pid = uuid.uuid4().hex
@@ -120,7 +100,7 @@ class PromotionLog:
         self.append(entry)
 
     def reconcile(self, production: Callable[[], str | None]) -> list[dict[str, Any]]:
-        """Resolve pending promotions left by a crash (call under the promotion lock)."""
+        """Resolve pending promotions left by a crash (call under the lock); returns them."""
         pending = [p for p in self.promotions() if p["state"] == "pending"]
         if not pending:
             return []
@@ -130,3 +110,107 @@ class PromotionLog:
             self.finish(p["id"], state, recovered=True)
             p["state"] = state
         return pending
+
+
+class PromotionLog(Ledger):
+    """Append-only JSON-lines log in ``<root>/promotions.jsonl``, under a file lock.
+
+    A crash mid-append leaves a torn last line (no newline). Reading skips it; the next write,
+    under the lock, repairs it (a complete JSON object that only lacks its newline) or moves it
+    aside to ``promotions.jsonl.torn`` and truncates the log to its last whole line, so a new
+    line is never glued to a torn one.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.path = self.root / LOG_FILE
+        self.where = str(self.path)
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 120.0) -> Iterator[None]:
+        with promotion_lock(self.root, timeout):
+            yield
+
+    def _split(self) -> tuple[list[bytes], bytes]:
+        """Whole lines (newline-terminated) and the torn tail after the last newline."""
+        if not self.path.exists():
+            return [], b""
+        data = self.path.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        return data[:cut].splitlines(), data[cut:]
+
+    def lines(self) -> list[dict[str, Any]]:
+        whole, tail = self._split()
+        out = []
+        for n, line in enumerate(whole, start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise BadInputError(f"{self.path}:{n}: not a JSON line") from None
+        complete = _complete(tail)
+        if complete is not None:  # whole record, only its newline lost
+            out.append(complete)
+        return out
+
+    def repair(self) -> str | None:
+        whole, tail = self._split()
+        if not tail:
+            return None
+        if _complete(tail) is not None:
+            with open(self.path, "ab") as f:
+                f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            return None
+        aside = self.path.with_name(self.path.name + TORN_SUFFIX)
+        with open(aside, "ab") as f:  # kept aside, never lost: one torn tail per line
+            f.write(tail.rstrip(b"\r") + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with open(self.path, "r+b") as f:
+            f.truncate(sum(len(line) + 1 for line in whole))
+            f.flush()
+            os.fsync(f.fileno())
+        return (
+            f"{self.path}: a torn last line ({len(tail)} bytes, a crash mid-write) was moved "
+            f"to {aside}"
+        )
+
+    def append(self, entry: dict[str, Any]) -> None:
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.repair()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _complete(tail: bytes) -> dict[str, Any] | None:
+    """The record in a tail without newline, if it is a whole JSON object (no strict prefix of
+    a JSON object is one)."""
+    if not tail.strip():
+        return None
+    try:
+        value = json.loads(tail)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@contextlib.contextmanager
+def promotion_lock(root: str | os.PathLike[str], timeout: float = 120.0) -> Iterator[None]:
+    from filelock import FileLock, Timeout
+
+    Path(root).mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(Path(root) / LOCK_FILE), timeout=timeout):
+            yield
+    except Timeout:
+        raise InfrastructureError(
+            f"{Path(root) / LOCK_FILE}: lock not acquired within {timeout:g} s"
+        ) from None

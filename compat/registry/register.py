@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from compat.errors import BadInputError, NotFoundError
 from compat.io import sha256_file
 from compat.models.card import EmbeddingsCard, ModelCard, read_model_card
-from compat.registry.store import VERSION_TAG, Registry, VersionRecord
+from compat.registry.store import VERSION_TAG, Registry, VersionRecord, check_version_name
 
 
 def read_card_json(folder: Path) -> ModelCard:
@@ -88,10 +89,28 @@ def register(
     contracts_dir: str | os.PathLike[str] = "contracts",
     embeddings: str | os.PathLike[str] | None = None,
 ) -> tuple[VersionRecord, bool]:
-    """Register ``version``; returns (record, created). Re-registering the same weights is a no-op."""
+    """Register ``version``; returns (record, created). Re-registering the same weights is a no-op;
+    other weights under a registered name are refused (exit 4, naming both digests)."""
+    check_version_name(version)
     contract_path = Path(contracts_dir) / f"{version}.yaml"
+    scratch: list[Path] = []
+    try:
+        return _register(reg, version, Path(models_dir), contract_path, embeddings, scratch)
+    finally:
+        for folder in scratch:  # no compat-* folder is left in the temporary directory
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _register(
+    reg: Registry,
+    version: str,
+    models_dir: Path,
+    contract_path: Path,
+    embeddings: str | os.PathLike[str] | None,
+    scratch: list[Path],
+) -> tuple[VersionRecord, bool]:
     if embeddings is not None:
-        card, files, kind = _card_from_embeddings(version, Path(embeddings), contract_path)
+        card, files, kind = _card_from_embeddings(version, Path(embeddings), contract_path, scratch)
     else:
         folder = Path(models_dir) / version
         if not folder.is_dir():
@@ -118,8 +137,9 @@ def register(
         if existing.tags.get("compat.weights_sha256") == card.weights_sha256:
             return existing, False
         raise BadInputError(
-            f"version {version!r} is already registered (MLflow version {existing.mlflow_version}) with other "
-            "weights; register the new weights under a new version name"
+            f"version {version!r} is already registered (MLflow version {existing.mlflow_version}) "
+            f"with weights sha256 {existing.tags.get('compat.weights_sha256') or '(none)'}, not "
+            f"{card.weights_sha256}; register the new weights under a new version name"
         )
 
     run = reg.call("create_run", reg.experiment_id, run_name=version, tags={VERSION_TAG: version})
@@ -148,7 +168,7 @@ def register(
 
 
 def _card_from_embeddings(
-    version: str, bundle: Path, contract_path: Path
+    version: str, bundle: Path, contract_path: Path, scratch: list[Path]
 ) -> tuple[EmbeddingsCard, dict[str, list[Path]], str]:
     """A card for a version known only by its embeddings of the evaluation set."""
     from compat.contracts.schema import load_contract
@@ -177,5 +197,7 @@ def _card_from_embeddings(
         data={"eval_fingerprint": b.fingerprint},
         weights_sha256=sha256_file(bundle),
     )
-    path = card.write(Path(tempfile.mkdtemp(prefix="compat-card-")))
+    folder = Path(tempfile.mkdtemp(prefix="compat-card-"))
+    scratch.append(folder)
+    path = card.write(folder)
     return card, {"model": [path], "embeddings": [bundle]}, "embeddings"

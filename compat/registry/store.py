@@ -6,24 +6,63 @@ The serving version is the alias ``production``. Weights are plain artifacts (sa
 never pickled models.
 
 The default store is ``sqlite:///<abs>/registry/mlflow.db`` with artifacts in
-``registry/artifacts``; ``MLFLOW_TRACKING_URI`` selects a shared server instead. mlflow is
+``registry/artifacts``; ``MLFLOW_TRACKING_URI`` selects a shared server instead, and
+``COMPAT_REGISTRY_DATABASE`` names the PostgreSQL database behind that server, where the
+promotion lock and log then live (:mod:`compat.registry.shared`). The embedded store is
+relocatable: MLflow stores absolute artifact locations, so a copied or cloned project's store is
+re-pointed at its own ``registry/artifacts`` on first use (:func:`relocate`). mlflow is
 imported lazily: ``import mlflow`` costs over a second and ``compat --help`` must stay fast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.errors import BadInputError, InfrastructureError, NotFoundError
+from compat.errors import (
+    BadInputError,
+    CompatError,
+    ConflictError,
+    InfrastructureError,
+    NotFoundError,
+)
 
 TAG_PREFIX = "compat."
 VERSION_TAG = "compat.version"
 PRODUCTION = "production"
 DEFAULT_MODEL = "compat"
 EXPERIMENT = "compat"
+# The PostgreSQL database of a shared mlflow server's backend store (its --backend-store-uri).
+DATABASE_ENV = "COMPAT_REGISTRY_DATABASE"
+# A version name: a letter or digit, then letters, digits, '.', '_' or '-'; never '..', never a
+# path separator, never 'none' (``--against none`` means "production is unset").
+VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Write conflicts from a shared server (concurrent tag upserts hit a unique violation) are
+# retried this many times with exponential backoff, then reported as a conflict (exit 6).
+CONFLICT_RETRIES = 6
+CONFLICT_MARKERS = ("unique violation", "uniqueviolation", "duplicate key value", "integrityerror")
+
+
+def check_version_name(name: str) -> str:
+    """``name`` if it is a valid version name, else BadInputError (exit 4)."""
+    if not VERSION_NAME.fullmatch(name) or ".." in name or name.lower() == "none":
+        raise BadInputError(
+            f"version name {name!r}: use letters, digits, '.', '_' or '-' (at most 64, no "
+            "'..', no path separators, not 'none')"
+        )
+    return name
+
+
+def is_conflict(err: BaseException) -> bool:
+    """A write that lost a race on the server (a unique violation), not an outage."""
+    text = str(err).lower()
+    return any(marker in text for marker in CONFLICT_MARKERS)
 
 
 @dataclass
@@ -72,10 +111,40 @@ class Registry:
         )
         self.model = model
         self._client: Any = None
+        self._ledger: Any = None
 
     @property
     def is_local(self) -> bool:
         return self.uri.startswith("sqlite:///") and self.uri.endswith(str(self.root / "mlflow.db"))
+
+    @property
+    def database(self) -> str | None:
+        """The PostgreSQL URL of the shared backend, if there is one.
+
+        The tracking URI itself when it is a ``postgresql://`` URL (MLflow talking to the
+        database directly), else ``COMPAT_REGISTRY_DATABASE`` (the server's
+        ``--backend-store-uri``) unless the registry is the embedded default."""
+        if self.uri.startswith(("postgresql://", "postgresql+", "postgres://")):
+            return self.uri  # the registry's own database
+        env = os.environ.get(DATABASE_ENV)
+        if env and not self.is_local:
+            return env
+        return None
+
+    def ledger(self) -> Any:
+        """The promotion lock and log: in the shared PostgreSQL database when there is one,
+        else ``registry/promotions.jsonl`` under a file lock."""
+        if self._ledger is None:
+            db = self.database
+            if db is not None:
+                from compat.registry.shared import PostgresLedger
+
+                self._ledger = PostgresLedger(db, self.model)
+            else:
+                from compat.registry.promotions import PromotionLog
+
+                self._ledger = PromotionLog(self.root)
+        return self._ledger
 
     @property
     def client(self) -> Any:
@@ -87,16 +156,24 @@ class Registry:
         _quiet_mlflow_env()
         from filelock import FileLock
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        schema_lock: Any = contextlib.nullcontext()
+        if self.is_local:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # Several processes touching a fresh sqlite store at once race on MLflow's schema
+            # migration; a file lock serialises first use (and the relocation below).
+            schema_lock = FileLock(str(self.root / ".schema.lock"), timeout=300)
+        elif self.uri.startswith("sqlite:"):
+            db = _check_sqlite_folder(self.uri)
+            if db is not None:
+                schema_lock = FileLock(f"{db}.schema.lock", timeout=300)
         try:
             import mlflow
             from mlflow import MlflowClient
 
-            # Several processes touching a fresh sqlite store at once race on MLflow's schema
-            # migration; a file lock serialises first use.
-            with FileLock(str(self.root / ".schema.lock"), timeout=300):
-                mlflow.set_tracking_uri(self.uri)
-                mlflow.set_registry_uri(self.uri)
+            with schema_lock:
+                if self.is_local and (self.root / "mlflow.db").is_file():
+                    relocate(self.root / "mlflow.db", (self.root / "artifacts").as_uri())
+                _set_uris(mlflow, self.uri)
                 client = MlflowClient(self.uri, self.uri)
                 if client.get_experiment_by_name(EXPERIMENT) is None:
                     location = (self.root / "artifacts").as_uri() if self.is_local else None
@@ -122,20 +199,36 @@ class Registry:
         return client
 
     def call(self, fn: str, *args: Any, **kwargs: Any) -> Any:
-        """Call an MlflowClient method; connection failures become InfrastructureError (exit 5)."""
-        try:
-            return getattr(self.client, fn)(*args, **kwargs)
-        except InfrastructureError:
-            raise
-        except Exception as err:
-            from mlflow.exceptions import MlflowException
+        """Call an MlflowClient method; connection failures become InfrastructureError (exit 5).
 
-            code = getattr(err, "error_code", "") if isinstance(err, MlflowException) else ""
-            if code == "RESOURCE_DOES_NOT_EXIST":
-                raise NotFoundError(f"registry {self.uri}: {fn}: {_short(err)}") from None
-            if code == "INVALID_PARAMETER_VALUE":
-                raise BadInputError(f"registry {self.uri}: {fn}: {_short(err)}") from None
-            raise InfrastructureError(f"registry {self.uri}: {fn} failed: {_short(err)}") from None
+        A write conflict (a unique violation on the server: its tag and alias upserts are not
+        safe under concurrent writers) is retried with exponential backoff and jitter; if it
+        persists it is a ConflictError (exit 6), never "unreachable"."""
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                return getattr(self.client, fn)(*args, **kwargs)
+            except CompatError:  # already one line with its exit code (e.g. from _connect)
+                raise
+            except Exception as err:
+                if is_conflict(err):
+                    if attempt < CONFLICT_RETRIES:
+                        time.sleep(0.05 * 2**attempt * (1 + random.random()))
+                        continue
+                    raise ConflictError(
+                        f"registry {self.uri}: {fn}: a concurrent write kept conflicting after "
+                        f"{CONFLICT_RETRIES} retries: {_short(err)}"
+                    ) from None
+                from mlflow.exceptions import MlflowException
+
+                code = getattr(err, "error_code", "") if isinstance(err, MlflowException) else ""
+                if code == "RESOURCE_DOES_NOT_EXIST":
+                    raise NotFoundError(f"registry {self.uri}: {fn}: {_short(err)}") from None
+                if code == "INVALID_PARAMETER_VALUE":
+                    raise BadInputError(f"registry {self.uri}: {fn}: {_short(err)}") from None
+                raise InfrastructureError(
+                    f"registry {self.uri}: {fn} failed: {_short(err)}"
+                ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @property
     def experiment_id(self) -> str:
@@ -165,6 +258,7 @@ class Registry:
         return sorted(records, key=lambda r: int(r.mlflow_version))
 
     def find(self, version: str) -> VersionRecord | None:
+        check_version_name(version)
         mvs = self.call(
             "search_model_versions", f"name='{self.model}' and tags.`{VERSION_TAG}`='{version}'"
         )
@@ -212,6 +306,93 @@ class Registry:
 
     def set_production(self, rec: VersionRecord) -> None:
         self.call("set_registered_model_alias", self.model, PRODUCTION, rec.mlflow_version)
+
+
+def _set_uris(mlflow: Any, uri: str) -> None:
+    """Point mlflow's fluent API at ``uri`` without leaving it in ``os.environ``: mlflow's
+    setters export ``MLFLOW_TRACKING_URI``, which would then name this store for every later
+    Registry (the CLI reads that variable) and every subprocess, even in another project."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    try:
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+        # mlflow caches artifact repositories by run id, process-wide: a copied store has the
+        # same run ids with other artifact folders, so a cache filled by another store is wrong.
+        from mlflow.tracking._tracking_service import utils
+
+        cache = getattr(utils, "_artifact_repos_cache", None)
+        if cache is not None:
+            cache.clear()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _check_sqlite_folder(uri: str) -> Path | None:
+    """The database file a ``sqlite:///`` URI names, in an existing folder (else exit 3: never
+    a new store in a folder created by accident); None for an in-memory database."""
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    if not uri.startswith("sqlite:///") or str(path) in ("", ".", ":memory:"):
+        return None
+    if not path.parent.is_dir():
+        raise NotFoundError(
+            f"registry {uri}: folder {path.parent} does not exist (create it, or unset "
+            "MLFLOW_TRACKING_URI for the default store under registry/)"
+        )
+    return path
+
+
+# The columns where MLflow stores absolute artifact locations (MLflow 3 schema).
+LOCATION_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+    ("logged_models", "artifact_location"),
+)
+
+
+def relocate(db: Path, artifacts_uri: str) -> bool:
+    """Re-point a copied embedded store at its own artifact folder; True if it was moved.
+
+    The ``compat`` experiment's artifact location names the artifact folder the store was
+    created with; if that is not ``artifacts_uri`` (the project was copied or cloned), every
+    stored location under the old folder is rewritten to the same path under the new one, in
+    one transaction, so nothing (compat, MLflow's UI, a pyfunc load) reads or writes the
+    original's files. Call under the schema lock.
+    """
+    import sqlite3
+
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "experiments" not in tables:
+            return False
+        row = con.execute(
+            "SELECT artifact_location FROM experiments WHERE name = ?", (EXPERIMENT,)
+        ).fetchone()
+        old = (row[0] or "").rstrip("/") if row else ""
+        new = artifacts_uri.rstrip("/")
+        if not old.startswith("file://") or old == new:
+            return False
+        with con:
+            for table, column in LOCATION_COLUMNS:
+                if table not in tables:
+                    continue
+                cols = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+                if column not in cols:
+                    continue
+                con.execute(
+                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                    f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                    (new, len(old) + 1, old, len(old) + 1, old + "/"),
+                )
+        return True
+    finally:
+        con.close()
 
 
 def tag_key(*parts: str) -> str:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from compat.embeddings.bundle import EmbeddingBundle, save_bundle
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pgserver, a helper module
 
 DIM = 16
 CLASSES = 40
@@ -124,3 +128,18 @@ def project(tmp_path: Path, registry_template: Path, monkeypatch: pytest.MonkeyP
     shutil.copytree(registry_template, tmp_path / "registry")
     p = Project(tmp_path)
     return p
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[object]:
+    """A real PostgreSQL and a real ``mlflow server`` on it, one per test module."""
+    from pgserver import Shared, skip_reason
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    shared = Shared()
+    try:
+        yield shared
+    finally:
+        shared.stop()

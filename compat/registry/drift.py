@@ -1,0 +1,65 @@
+"""Drift: the ``production`` alias disagrees with the promotion log.
+
+Only ``compat promote`` is meant to move ``production``, and it logs every move. Anyone with
+write access to the MLflow registry can still move the alias by hand (MLflow's UI, "Promote
+model" or the alias pencil), with no gate and no log entry. The log's last committed move names
+where production should be; when the alias says otherwise, ``compat versions``, ``log`` and
+``promote`` warn and ``compat verify`` exits 6 naming both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compat.errors import ConflictError
+
+
+class DriftError(ConflictError):
+    """The production alias is not where the promotion log's last committed move put it."""
+
+
+def expected_production(promotions: list[dict[str, Any]]) -> str | None:
+    """Where the log says production is: the target of its last committed move (None: unset)."""
+    committed = [p for p in promotions if p.get("state") == "committed"]
+    return committed[-1].get("to") if committed else None
+
+
+def drift(actual: str | None, promotions: list[dict[str, Any]]) -> str | None:
+    """A one-line message if the alias (``actual``) disagrees with the log, else None.
+
+    A pending last promotion whose target is the alias is a crash between moving the alias and
+    logging it (the next promotion recovers it), not drift.
+    """
+    expected = expected_production(promotions)
+    if actual == expected:
+        return None
+    pending = [p for p in promotions if p.get("state") == "pending"]
+    if pending and pending[-1].get("to") == actual:
+        return None
+    where = "unset" if actual is None else repr(actual)
+    logged = "no committed move" if expected is None else f"its last committed move to {expected!r}"
+    return (
+        f"drift: production is {where} in the registry but the promotion log shows {logged}; "
+        "it was moved outside compat promote (MLflow's UI?)"
+    )
+
+
+def verify(reg: Any) -> dict[str, Any]:
+    """Compare the alias with the log; raises DriftError (exit 6) naming both on disagreement."""
+    ledger = reg.ledger()
+    promotions = ledger.promotions()
+    actual = reg.production()
+    message = drift(actual, promotions)
+    result = {
+        "production": actual,
+        "logged": expected_production(promotions),
+        "log": ledger.where,
+        "registry": reg.uri,
+        "drift": message is not None,
+    }
+    if message is not None:
+        raise DriftError(message)
+    return result
+
+
+__all__ = ["DriftError", "drift", "expected_production", "verify"]

@@ -1,0 +1,136 @@
+"""The promotion lock and log of a shared registry, in the PostgreSQL database behind it.
+
+With ``MLFLOW_TRACKING_URI`` pointing at an ``mlflow server`` whose backend store is PostgreSQL,
+working copies on different machines must serialise their compare-and-set and read one log.
+``COMPAT_REGISTRY_DATABASE`` names that database (the server's ``--backend-store-uri``; a
+SQLAlchemy driver suffix such as ``postgresql+psycopg://`` is accepted). compat then takes a
+session-level advisory lock (``pg_advisory_lock``) keyed by the registered model's name around
+read-alias, check, log pending, set-alias, log committed; and the log is the table
+``compat_promotions`` (one row per event, in commit order), so every copy reads the same log.
+The sqlite default keeps ``registry/promotions.jsonl`` (:mod:`compat.registry.promotions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from compat.errors import InfrastructureError
+from compat.registry.promotions import Ledger
+
+TABLE = "compat_promotions"
+CONNECT_TIMEOUT_S = 10
+
+
+def plain_url(url: str) -> str:
+    """A libpq URL from a SQLAlchemy one (``postgresql+psycopg2://`` -> ``postgresql://``)."""
+    return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", url)
+
+
+def redacted(url: str) -> str:
+    """The URL with its password hidden (it is printed in error messages)."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+def lock_key(model: str) -> int:
+    """A signed 64-bit advisory-lock key for a registered model's promotions."""
+    digest = hashlib.sha256(f"compat.promote:{model}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class PostgresLedger(Ledger):
+    """The ledger of :mod:`compat.registry.promotions`, stored in PostgreSQL."""
+
+    def __init__(self, url: str, model: str) -> None:
+        self.url = plain_url(url)
+        self.model = model
+        self.where = f"{redacted(self.url)} table {TABLE}"
+        self._held: Any = None  # the connection holding the advisory lock
+
+    def _fail(self, what: str, err: BaseException) -> InfrastructureError:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        return InfrastructureError(
+            f"promotion log database {redacted(self.url)} is unreachable ({what}): {first}"
+        )
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
+        except psycopg.Error as err:
+            raise self._fail("connect", err) from None
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[Any]:
+        if self._held is not None:
+            yield self._held
+            return
+        conn = self._connect()
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 120.0) -> Iterator[None]:
+        import psycopg
+
+        conn = self._connect()
+        try:
+            try:
+                conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
+                conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(self.model),))
+                conn.execute("SET statement_timeout = 0")
+            except psycopg.errors.QueryCanceled:
+                raise InfrastructureError(
+                    f"{self.where}: promotion lock not acquired within {timeout:g} s"
+                ) from None
+            except psycopg.Error as err:
+                raise self._fail("lock", err) from None
+            try:
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {TABLE} (seq bigserial PRIMARY KEY, "
+                    "model text NOT NULL, entry jsonb NOT NULL, "
+                    "at timestamptz NOT NULL DEFAULT now())"
+                )
+            except psycopg.Error as err:
+                raise self._fail("create table", err) from None
+            self._held = conn
+            yield
+        finally:
+            self._held = None
+            conn.close()  # closing the session releases its advisory lock
+
+    def lines(self) -> list[dict[str, Any]]:
+        import psycopg
+
+        with self._conn() as conn:
+            try:
+                rows = conn.execute(
+                    f"SELECT entry FROM {TABLE} WHERE model = %s ORDER BY seq", (self.model,)
+                ).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []  # no promotion yet: the table is created under the first lock
+            except psycopg.Error as err:
+                raise self._fail("read", err) from None
+        return [dict(r[0]) for r in rows]
+
+    def append(self, entry: dict[str, Any]) -> None:
+        import psycopg
+        from psycopg.types.json import Jsonb
+
+        with self._conn() as conn:
+            try:
+                conn.execute(
+                    f"INSERT INTO {TABLE} (model, entry) VALUES (%s, %s)",
+                    (self.model, Jsonb(entry)),
+                )
+            except psycopg.Error as err:
+                raise self._fail("write", err) from None
+
+
+__all__ = ["PostgresLedger", "lock_key", "plain_url", "redacted"]
