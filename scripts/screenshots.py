@@ -1,7 +1,7 @@
 """Headless-Chromium screenshots of a compat registry in MLflow's UI (the README's pictures).
 
-Takes the registered model page, one version's page and that version's run (overview,
-metric charts, artifacts), in MLflow's model-training view (``?workflowType=machine_learning``:
+Takes the registered model page, one version's page and that version's run (overview and
+artifacts; the metric charts draw no lines in headless Chromium), in MLflow's model-training view (``?workflowType=machine_learning``:
 MLflow 3 opens in its GenAI view). It serves the registry with ``mlflow server`` on a local
 port unless ``--url`` names a running one.
 
@@ -103,7 +103,6 @@ def pages(tracking: str, model: str, version: str | None) -> dict[str, str]:
         "mlflow-model": f"/models/{model}",
         "mlflow-version": f"/models/{model}/versions/{mv.version}",
         "mlflow-run": base,
-        "mlflow-run-metrics": f"{base}/model-metrics",
         "mlflow-run-artifacts": f"{base}/artifacts",
     }
 
@@ -114,7 +113,10 @@ def shoot(chromium: str, url: str, out: Path, size: tuple[int, int], wait_ms: in
         "--no-first-run", "--disable-dev-shm-usage", f"--window-size={size[0]},{size[1]}",
         f"--virtual-time-budget={wait_ms}", f"--screenshot={out}", url,
     ]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 4 * wait_ms / 1000)
+    except subprocess.TimeoutExpired:
+        fail(f"{url}: chromium took too long", 5)
     if r.returncode != 0 or not out.is_file():
         fail(f"{url}: chromium failed: {(r.stderr or '').strip().splitlines()[-1:]}", 5)
 
@@ -127,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("docs/img"))
     p.add_argument("--url", default=None, help="a running MLflow server (default: start one)")
     p.add_argument("--chromium", default=None)
-    p.add_argument("--size", default="1400x1000", help="window WIDTHxHEIGHT")
+    p.add_argument("--size", default="1700x1000", help="window WIDTHxHEIGHT")
     p.add_argument("--wait-ms", type=int, default=20000, help="page time before the shot")
+    p.add_argument("--only", nargs="*", default=None, help="file stems to take (default: all)")
     args = p.parse_args(argv)
     chromium = find_chromium(args.chromium)
     try:
@@ -143,17 +146,25 @@ def main(argv: list[str] | None = None) -> int:
         server = start_server(args.registry, port)
         url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(url.rstrip("/"), 90)
+        wait_for(url.rstrip("/"), 300)
         routes = pages(url, args.model, args.version)
         args.out.mkdir(parents=True, exist_ok=True)
         for stem, route in routes.items():
+            if args.only and stem not in args.only:
+                continue
             out = args.out / f"{stem}.png"
-            shoot(chromium, f"{url.rstrip('/')}/#{route}?{VIEW}", out, size, args.wait_ms)
+            # The version page is long: its model schema sits below the tags.
+            tall = (size[0], size[1] * 2) if stem == "mlflow-version" else size
+            shoot(chromium, f"{url.rstrip('/')}/#{route}?{VIEW}", out, tall, args.wait_ms)
             print(out)
     finally:
         if server is not None:
             server.terminate()
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
     return 0
 
 
