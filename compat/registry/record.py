@@ -1,16 +1,29 @@
-"""A gate verdict written onto the registered version: status and per-criterion tags, a
-one-paragraph description, and the full JSON report as a run artifact."""
+"""What compat writes onto a registered version's MLflow run, so the registry tells the story.
+
+At ``compat register``: the training history, one point per epoch and metric
+(``train/<name>`` at step = epoch, from ``train_metrics.json``; :func:`log_training`).
+At ``compat promote`` (:func:`record_verdict`): status and per-criterion tags, a description
+for people (:mod:`compat.registry.describe`), the verdict as run metrics (every cell of the
+compatibility matrix, each check's new / baseline / difference / lower bound, each update
+gain; :func:`verdict_metrics`), the sealed JSON report under ``reports/``, and the evaluate
+stage's plots and metrics (heatmaps, CMC, backfill curves) under ``plots/`` and ``metrics/``.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from compat.contracts.gate import Verdict
+from compat.registry.describe import describe
 from compat.registry.store import Registry, VersionRecord, tag_key
+
+BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
 
 
 def seal(report: dict[str, Any]) -> bytes:
@@ -20,22 +33,15 @@ def seal(report: dict[str, Any]) -> bytes:
     return blob
 
 
-def describe(verdict: Verdict, against: str | None) -> str:
-    """The version's description: the verdict, each criterion's values, the update gain."""
-    status = "PASSED" if verdict.passed else "FAILED"
-    parts = [f"{verdict.version} {status} its compatibility contract against {verdict.parent}"]
-    for r in verdict.results:
-        mark = "ok" if r.passed else "FAIL"
-        bound = f", lower bound {r.lower_bound:.4f}" if r.lower_bound is not None else ""
-        diff = "n/a" if r.difference is None else f"{r.difference:+.4f}"
-        parts.append(f"[{mark}] {r.description}: {r.lhs_value} vs {r.rhs_value} ({diff}{bound})")
-    for p, per in verdict.gain.items():
-        for m, g in per.items():
-            if g.get("value") is not None:
-                parts.append(f"update gain {p} {m} vs {g['paragon']}: {g['value']:.1%}")
-    if against:
-        parts.append(f"promotion requested against {against}")
-    return "; ".join(parts) + "."
+def metric_key(*parts: str) -> str:
+    """An MLflow metric name from compat names: MLflow allows only letters, digits, ``_ - . /``
+    and space, so ``tar@far=0.1`` -> ``tar_at_far_0.1`` and ``psi(v1)`` -> ``psi-v1``."""
+
+    def clean(part: str) -> str:
+        part = part.replace("@", "_at_").replace("=", "_").replace("(", "-").replace(")", "")
+        return re.sub(r"[^\w.\- ]", "_", part).strip("_ ") or "_"
+
+    return "/".join(clean(p) for p in parts)
 
 
 def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
@@ -43,9 +49,7 @@ def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
     first update gain per protocol."""
     tags = {"compat.status": "passed" if verdict.passed else "failed", "compat.verdict.at": when}
     for r in verdict.results:
-        # A forward criterion (M(new, psi(parent))) gets its own key beside the backward one.
-        forward = ("forward",) if "forward" in r.require.split(" > ") else ()
-        key = tag_key("compat.check", r.gallery, r.protocol, r.metric, *forward)
+        key = tag_key("compat.check", r.gallery, r.protocol, r.metric, *_forward(r.require))
         tags[key] = (
             f"{'pass' if r.passed else 'fail'} {r.difference:+.4f}"
             if r.difference is not None
@@ -58,17 +62,156 @@ def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
     return tags
 
 
+def _forward(require: str) -> tuple[str, ...]:
+    # A forward criterion (M(new, psi(parent))) gets its own key beside the backward one.
+    return ("forward",) if "forward" in require.split(" > ") else ()
+
+
+def verdict_metrics(verdict: Verdict) -> dict[str, float]:
+    """The verdict as MLflow metrics (undefined values are left out):
+
+    - ``matrix/<protocol>/<metric>/<query>_on_<gallery>``: every cell M(query, gallery) judged;
+    - ``check/<gallery>/<protocol>/<metric>[/forward]/{new,baseline,difference,lower_bound,
+      passed}``: each criterion (``passed`` is 1 or 0);
+    - ``gain/<protocol>/<metric>``: the update gain against the paragon (BCT Eq. 9);
+    - ``gate/passed``: 1 or 0.
+    """
+    out: dict[str, float] = {"gate/passed": float(verdict.passed)}
+    for protocol, per_metric in verdict.matrix.items():
+        for metric, rows in per_metric.items():
+            for query, cols in rows.items():
+                for gallery, value in cols.items():
+                    if value is not None:
+                        key = metric_key("matrix", protocol, metric, f"{query}_on_{gallery}")
+                        out[key] = float(value)
+    for r in verdict.results:
+        base = ("check", r.gallery, r.protocol, r.metric, *_forward(r.require))
+        values = {
+            "new": r.lhs_value,
+            "baseline": r.rhs_value,
+            "difference": r.difference,
+            "lower_bound": r.lower_bound,
+            "passed": float(r.passed),
+        }
+        out.update({metric_key(*base, k): float(v) for k, v in values.items() if v is not None})
+    for protocol, per_metric in verdict.gain.items():
+        for metric, gain in per_metric.items():
+            if gain.get("value") is not None:
+                out[metric_key("gain", protocol, metric)] = float(gain["value"])
+    return out
+
+
+def training_history(path: Path) -> list[tuple[str, float, int, int]]:
+    """(key, value, timestamp ms, step) per epoch and number of a ``train_metrics.json``
+    (``{"epochs": [rows], "summary": {...}}``, :mod:`compat.train.progress`): ``train/<name>``
+    at step = epoch, timestamped as if the epochs ended now, one after the other; the summary's
+    totals (``seconds_total``, ``images_per_s_mean``) at the last epoch. A file with only a
+    summary (an older layout) gives its numbers at step 0; a missing or unreadable file, none.
+    """
+    if not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    rows = [r for r in data.get("epochs", []) if isinstance(r, dict)]
+    summary = data.get("summary", {} if rows else data)
+    summary = summary if isinstance(summary, dict) else {}
+    now = int(time.time() * 1000)
+    seconds = [float(r.get("seconds", 0) or 0) for r in rows]
+    start = now - int(1000 * sum(seconds))
+    out: list[tuple[str, float, int, int]] = []
+    elapsed = 0.0
+    last = 0
+    for i, row in enumerate(rows):
+        elapsed += seconds[i]
+        step = int(row.get("epoch", i + 1))
+        last = step
+        stamp = start + int(1000 * elapsed)
+        for k, v in row.items():
+            if k != "epoch" and _number(v):
+                out.append((metric_key("train", k), float(v), stamp, step))
+    logged = {k for k, *_ in out}
+    for k, v in summary.items():
+        key = metric_key("train", k)
+        if _number(v) and key not in logged:
+            out.append((key, float(v), now, last))
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def log_metrics(reg: Registry, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
+    """Log (key, value, timestamp ms, step) points to a run, 1000 per request."""
+    from mlflow.entities import Metric
+
+    metrics = [Metric(k, v, t, s) for k, v, t, s in points]
+    for i in range(0, len(metrics), BATCH):
+        reg.call("log_batch", run_id, metrics=metrics[i : i + BATCH])
+
+
+def log_training(reg: Registry, run_id: str, folder: Path) -> None:
+    """The training history of ``folder/train_metrics.json`` as run metrics with steps."""
+    log_metrics(reg, run_id, training_history(folder / "train_metrics.json"))
+
+
+def evaluation_files(version: str, plots: Path, metrics: Path) -> dict[str, list[Path]]:
+    """The evaluate stage's outputs to attach to ``version``'s run: ``{artifact folder: files}``
+    (every file under ``plots``, every ``metrics/*.json``), only when ``metrics/compat.json``
+    evaluated ``version``'s queries (a matrix cell M(version, gallery)), so another chain's
+    plots never land on it; empty otherwise."""
+    summary = metrics / "compat.json"
+    try:
+        cells = json.loads(summary.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not any(isinstance(cell, list) and cell[:1] == [version] for cell in cells):
+        return {}
+    out: dict[str, list[Path]] = {"metrics": sorted(metrics.glob("*.json"))}
+    if plots.is_dir():
+        for f in sorted(p for p in plots.rglob("*") if p.is_file()):
+            out.setdefault(str(Path("plots") / f.parent.relative_to(plots)), []).append(f)
+    return out
+
+
 def record_verdict(
-    reg: Registry, rec: VersionRecord, verdict: Verdict, report: dict[str, Any], blob: bytes
+    reg: Registry,
+    rec: VersionRecord,
+    verdict: Verdict,
+    report: dict[str, Any],
+    blob: bytes,
+    plots: Path = Path("plots"),
+    metrics: Path = Path("metrics"),
 ) -> None:
-    """Tags, description and the JSON report artifact (``blob``) on the registered version."""
+    """Tags, description, verdict metrics, the JSON report (``blob``) and the evaluation's
+    plots and metrics on the registered version and its run."""
     reg.set_tags(rec, verdict_tags(verdict, report["when"]))
     reg.set_description(rec, describe(verdict, report.get("against")))
-    if rec.run_id:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"promote-{report['when'].replace(':', '').replace('.', '')}.json"
-            path.write_bytes(blob)
-            reg.call("log_artifact", rec.run_id, str(path), "reports")
+    if not rec.run_id:
+        return
+    now = int(time.time() * 1000)
+    log_metrics(reg, rec.run_id, [(k, v, now, 0) for k, v in verdict_metrics(verdict).items()])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"promote-{report['when'].replace(':', '').replace('.', '')}.json"
+        path.write_bytes(blob)
+        reg.call("log_artifact", rec.run_id, str(path), "reports")
+    for folder, files in evaluation_files(rec.name, plots, metrics).items():
+        for f in files:
+            reg.call("log_artifact", rec.run_id, str(f), folder)
 
 
-__all__ = ["describe", "record_verdict", "seal", "verdict_tags"]
+__all__ = [
+    "describe",
+    "evaluation_files",
+    "log_training",
+    "metric_key",
+    "record_verdict",
+    "seal",
+    "training_history",
+    "verdict_metrics",
+    "verdict_tags",
+]

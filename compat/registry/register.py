@@ -3,12 +3,12 @@
 A version comes either from compat training (``models/<version>/``: weights.safetensors,
 card.json, train_metrics.json) or, for teams that train elsewhere, from an embeddings bundle of
 the evaluation set (``--embeddings``), with the facts a card would hold taken from the contract.
-Artifacts are plain files (safetensors, JSON, YAML, npz): nothing is pickled.
+Artifacts are plain files (safetensors, JSON, YAML, npz): nothing is pickled. A trained
+version's ``model/`` folder is also an MLflow model loaded from code (mlflow_model.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -18,6 +18,8 @@ from typing import Any
 from compat.errors import BadInputError, NotFoundError
 from compat.io import sha256_file
 from compat.models.card import EmbeddingsCard, ModelCard, read_model_card
+from compat.registry.mlflow_model import log_model
+from compat.registry.record import log_training
 from compat.registry.store import VERSION_TAG, Registry, VersionRecord, check_version_name
 
 
@@ -70,18 +72,6 @@ def _flat_params(card: ModelCard | EmbeddingsCard) -> dict[str, str]:
     return out
 
 
-def _summary_metrics(folder: Path) -> dict[str, float]:
-    path = folder / "train_metrics.json"
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return {}
-    summary = data.get("summary", data) if isinstance(data, dict) else {}
-    return {f"train.{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))}
-
-
 def register(
     reg: Registry,
     version: str,
@@ -125,9 +115,9 @@ def _register(
             raise BadInputError(
                 f"{weights}: sha256 does not match {folder / 'card.json'} weights_sha256"
             )
-        files = {"model": [folder / "card.json", weights]}
-        if (folder / "train_metrics.json").is_file():
-            files["model"].append(folder / "train_metrics.json")
+        files: dict[
+            str, list[Path]
+        ] = {}  # the model folder is logged whole, as an MLflow model (mlflow_model.py)
         kind = "model"
     if contract_path.is_file():
         files["contract"] = [contract_path]
@@ -147,8 +137,9 @@ def _register(
     try:
         for key, value in _flat_params(card).items():
             reg.call("log_param", run_id, key, value)
-        for key, value in _summary_metrics(Path(models_dir) / version).items():
-            reg.call("log_metric", run_id, key, value)
+        if kind == "model":
+            log_training(reg, run_id, Path(models_dir) / version)
+            log_model(reg, run_id, Path(models_dir) / version, card)
         for subdir, paths in files.items():
             for path in paths:
                 reg.call("log_artifact", run_id, str(path), subdir)

@@ -6,7 +6,15 @@ import hashlib
 import json
 
 from compat.contracts.gate import CriterionResult, Verdict
-from compat.registry.record import describe, seal, verdict_tags
+from compat.registry.describe import describe
+from compat.registry.record import (
+    evaluation_files,
+    metric_key,
+    seal,
+    training_history,
+    verdict_metrics,
+    verdict_tags,
+)
 
 
 def _verdict() -> Verdict:
@@ -33,7 +41,7 @@ def test_seal_digests_the_sorted_report():
     assert report["report_sha256"] == hashlib.sha256(blob).hexdigest()
 
 
-def test_verdict_tags_and_description():
+def test_verdict_tags():
     tags = verdict_tags(_verdict(), "now")
     assert tags["compat.status"] == "failed" and tags["compat.verdict.at"] == "now"
     assert sorted(k for k in tags if k.startswith("compat.check")) == [
@@ -43,10 +51,121 @@ def test_verdict_tags_and_description():
     assert tags["compat.check.v1.identification.top1"] == "pass +0.1000"
     assert tags["compat.check.v1.identification.top1.forward"] == "fail n/a"
     assert tags["compat.gain.identification"] == "0.2500"
+
+
+def test_description_is_one_rounded_line_per_check_for_people():
     text = describe(_verdict(), "v1")
-    assert text.startswith("v2 FAILED its compatibility contract against v1; [ok] ")
-    assert (
-        "(+0.1000, lower bound 0.0500)" in text
-        and "update gain identification top1 vs v2p: 25.0%" in text
+    assert text.splitlines() == [
+        "v2 FAILED its compatibility contract with v1.",
+        "",
+        "- pass: top1 cross > self_parent: 50.0% vs 40.0%, +10.0 pts, lower bound +5.0 pts",
+        "- FAIL: top1 cross > self_parent: n/a vs 40.0%, n/a",
+        "- update gain, identification top1 (paragon v2p): 25.0%",
+        "",
+        "Promotion requested against v1 (production at the time).",
+    ]
+
+
+def test_description_of_a_root_version_says_no_none_true_or_false():
+    root = Verdict(version="v1", parent=None, passed=True)
+    text = describe(root, None)
+    assert text == (
+        "v1 has no parent: it has no compatibility criteria to check.\n\n"
+        "Promotion requested while no version was production."
     )
-    assert text.endswith("promotion requested against v1.")
+    for word in ("None", "True", "False"):
+        assert word not in text and word not in describe(_verdict(), None)
+
+
+def test_description_rounds_and_explains_gains():
+    v = _verdict()
+    v.results[0].lhs_value, v.results[0].difference = 0.5250000000000001, 0.12345678901234
+    v.gain = {
+        "verification": {
+            "tar@far=0.1": {"value": -0.5, "meaningful": False, "paragon": "p",
+                            "reason": "criterion fails"},
+            "tar@far=0.01": {"value": None, "meaningful": False, "paragon": "p",
+                             "reason": "paragon does not beat the old self test"},
+        }
+    }  # fmt: skip
+    lines = describe(v, "v1").splitlines()
+    assert "52.5% vs 40.0%, +12.3 pts" in lines[2]
+    assert lines[4:6] == [
+        "- update gain, verification tar@far=0.01 (paragon p): undefined "
+        "(paragon does not beat the old self test)",
+        "- update gain, verification tar@far=0.1 (paragon p): -50.0% "
+        "(not meaningful: criterion fails)",
+    ]
+
+
+def test_metric_keys_are_valid_mlflow_names():
+    from mlflow.utils.validation import _validate_metric_name
+
+    assert metric_key("matrix", "verification", "tar@far=0.1", "v2_on_psi(v1)") == (
+        "matrix/verification/tar_at_far_0.1/v2_on_psi-v1"
+    )
+    assert metric_key("gain", "identification", "mAP@100") == "gain/identification/mAP_at_100"
+    for key in verdict_metrics(_verdict()):
+        _validate_metric_name(key)
+
+
+def test_verdict_metrics_hold_cells_checks_and_gains():
+    v = _verdict()
+    v.matrix = {"identification": {"top1": {"v2": {"v1": 0.5, "psi(v1)": None}, "v1": {"v1": 0.4}}}}
+    got = verdict_metrics(v)
+    assert got == {
+        "gate/passed": 0.0,
+        "matrix/identification/top1/v2_on_v1": 0.5,
+        "matrix/identification/top1/v1_on_v1": 0.4,
+        "check/v1/identification/top1/new": 0.5,
+        "check/v1/identification/top1/baseline": 0.4,
+        "check/v1/identification/top1/difference": 0.1,
+        "check/v1/identification/top1/lower_bound": 0.05,
+        "check/v1/identification/top1/passed": 1.0,
+        "check/v1/identification/top1/forward/baseline": 0.4,
+        "check/v1/identification/top1/forward/passed": 0.0,
+        "gain/identification/top1": 0.25,
+    }
+
+
+def test_training_history_steps_epochs_and_reads_old_files(tmp_path):
+    path = tmp_path / "train_metrics.json"
+    rows = [
+        {"epoch": 1, "loss": 2.0, "seconds": 1.0, "flag": True, "note": "x"},
+        {"epoch": 2, "loss": 1.0, "seconds": 3.0, "loss_kd": None},
+    ]
+    path.write_text(json.dumps({"epochs": rows, "summary": {"loss": 1.0, "seconds_total": 4.0}}))
+    points = training_history(path)
+    assert [(k, v, s) for k, v, _, s in points] == [
+        ("train/loss", 2.0, 1), ("train/seconds", 1.0, 1),
+        ("train/loss", 1.0, 2), ("train/seconds", 3.0, 2),
+        ("train/seconds_total", 4.0, 2),
+    ]  # fmt: skip
+    stamps = [t for k, _, t, _ in points if k == "train/loss"]
+    assert stamps[1] - stamps[0] == 3000  # the second epoch took 3 s
+    path.write_text(json.dumps({"loss": 0.5}))  # summary only: one point at step 0
+    assert [(k, v, s) for k, v, _, s in training_history(path)] == [("train/loss", 0.5, 0)]
+    path.write_text("{not json")
+    assert training_history(path) == [] and training_history(tmp_path / "missing.json") == []
+
+
+def test_evaluation_files_only_for_an_evaluated_version(tmp_path):
+    plots, metrics = tmp_path / "plots", tmp_path / "metrics"
+    (plots / "cmc").mkdir(parents=True)
+    metrics.mkdir()
+    for f in (
+        plots / "cmc.png",
+        plots / "heatmap_identification.png",
+        plots / "cmc" / "v2_on_v1.json",
+    ):
+        f.write_text("x")
+    (metrics / "compat.json").write_text(json.dumps({"cells": [["v1", "v1"], ["v2", "v1"]]}))
+    (metrics / "identification.json").write_text("{}")
+    got = evaluation_files("v2", plots, metrics)
+    assert {k: [p.name for p in v] for k, v in got.items()} == {
+        "metrics": ["compat.json", "identification.json"],
+        "plots": ["cmc.png", "heatmap_identification.png"],
+        "plots/cmc": ["v2_on_v1.json"],
+    }
+    assert evaluation_files("v9", plots, metrics) == {}
+    assert evaluation_files("v2", plots, tmp_path / "nowhere") == {}

@@ -1,0 +1,141 @@
+"""A registered trained version is an MLflow model: ``models:/compat@production`` loads without
+pickle and embeds images as compat does; its run holds the training history per epoch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from compat.cli.main import app
+from compat.embeddings.embed import embed_images
+from compat.models.embedding import build_embedding_model
+from compat.models.heads import create_head
+from compat.models.version import load_version, save_version
+from compat.registry.store import Registry
+
+DIM = 16
+
+runner = CliRunner()
+
+
+def contract(version: str) -> str:
+    return f"version: {version}\nembedding_dim: {DIM}\nhead: cosface\n"
+
+
+ROWS = [
+    {"epoch": 1, "loss": 2.0, "loss_head": 1.5, "lr": 0.1, "seconds": 3.0, "images_per_s": 10.0},
+    {"epoch": 2, "loss": 1.0, "loss_head": 0.8, "lr": 0.05, "seconds": 2.0, "images_per_s": 12.0},
+    {"epoch": 3, "loss": 0.5, "loss_head": 0.4, "lr": 0.0, "seconds": 1.0, "images_per_s": 14.0},
+]
+
+
+def _train_tiny(root: Path) -> Path:
+    """A tiny trained version v1 in ``models/v1`` (3-channel 16 px images, dim 16)."""
+    torch.manual_seed(0)
+    model = build_embedding_model("tiny", DIM, in_channels=3, image_size=16)
+    model.train()(torch.rand(8, 3, 16, 16) * 2 - 1)  # BN running stats off their defaults
+    card = {
+        "version": "v1", "backbone": "tiny", "pooling": "avg", "dim": DIM, "in_channels": 3,
+        "image_size": 16, "head": "cosface", "head_params": {"s": 16.0, "m": 0.2},
+        "num_classes": 3, "classes": ["a", "b", "c"], "method": "independent",
+    }  # fmt: skip
+    folder = root / "models" / "v1"
+    save_version(folder, model.eval(), create_head("cosface", DIM, 3, s=16.0, m=0.2), card)
+    summary = {**ROWS[-1], "seconds_total": 6.0, "images_per_s_mean": 12.0}
+    (folder / "train_metrics.json").write_text(json.dumps({"epochs": ROWS, "summary": summary}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory: pytest.TempPathFactory, registry_template: Path):
+    """v1 trained, registered and promoted: the production version (built once per module)."""
+    root = tmp_path_factory.mktemp("mlflow-model")
+    shutil.copytree(registry_template, root / "registry")
+    _train_tiny(root)
+    (root / "contracts").mkdir()
+    (root / "contracts" / "v1.yaml").write_text(contract("v1"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        r = runner.invoke(app, ["register", "v1"])
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(app, ["promote", "v1", "--against", "none"])
+        assert r.exit_code == 0, r.output
+    # Explicit: MLFLOW_TRACKING_URI may name another test's store once this context is left.
+    store = root / "registry"
+    return root, Registry(uri=f"sqlite:///{store.resolve() / 'mlflow.db'}", root=store)
+
+
+def _use(reg: Registry) -> None:
+    import mlflow
+
+    mlflow.set_registry_uri(reg.uri)
+    mlflow.set_tracking_uri(reg.uri)
+
+
+def test_production_loads_as_pyfunc_and_embeds_like_compat(production):
+    import mlflow
+
+    root, reg = production
+    _use(reg)
+    loaded = mlflow.pyfunc.load_model("models:/compat@production")
+    schema = loaded.metadata.get_input_schema()
+    assert schema is not None and schema.is_tensor_spec()
+    (spec,) = schema.inputs
+    assert spec.name == "images" and spec.type == np.dtype(np.uint8)
+    assert spec.shape == (-1, 16, 16, 3)
+
+    images = np.random.default_rng(0).integers(0, 256, (10, 16, 16, 3), dtype=np.uint8)
+    got = loaded.predict(images)
+    model, _ = load_version(root / "models" / "v1")
+    want = embed_images(model, images)
+    assert got.dtype == np.float32 and got.shape == (10, DIM)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+
+    with pytest.raises(mlflow.exceptions.MlflowException):
+        loaded.predict(images.astype(np.float32))  # the schema refuses what is not uint8 images
+
+
+def test_model_folder_holds_no_pickle_and_keeps_compat_layout(production):
+    from mlflow.artifacts import download_artifacts
+    from mlflow.models import Model
+
+    _, reg = production
+    _use(reg)
+    folder = Path(download_artifacts("models:/compat@production"))
+    names = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert not [n for n in names if n.endswith((".pkl", ".pickle", ".cloudpickle"))]
+    assert {"MLmodel", "pyfunc_model.py", "card.json", "weights.safetensors"} <= names
+    assert "code/compat/models/version.py" in names
+    flavor = Model.load(str(folder / "MLmodel")).flavors["python_function"]
+    assert "model_code_path" in flavor and "python_model" not in flavor
+    assert {k: v["path"] for k, v in flavor["artifacts"].items()} == {
+        "weights": "weights.safetensors",
+        "card": "card.json",
+    }
+    # compat itself reads the same folder: the weights match the card's sha256.
+    _, card = load_version(folder)
+    assert card.weights_sha256 == reg.get("v1").tags["compat.weights_sha256"]
+
+
+def test_training_history_is_logged_per_epoch(production):
+    _, reg = production
+    client = reg.client
+    run_id = reg.get("v1").run_id
+    history = client.get_metric_history(run_id, "train/loss")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+        (1, 2.0),
+        (2, 1.0),
+        (3, 0.5),
+    ]
+    stamps = [m.timestamp for m in sorted(history, key=lambda m: m.step)]
+    assert stamps[0] < stamps[1] < stamps[2]  # epochs end one after the other
+    assert [m.step for m in client.get_metric_history(run_id, "train/seconds_total")] == [3]
+    assert "train/lr" in client.get_run(run_id).data.metrics
