@@ -53,11 +53,17 @@ def main(argv: list[str] | None = None) -> int:
 
             return load_version(Path("models") / version)
 
-        def weights_of(version: str) -> str:
+        def card(version: str):
             # The card names the weights: a cached version's model is never loaded.
             from compat.models.card import read_model_card
 
-            return read_model_card(Path("models") / version).weights_sha256
+            return read_model_card(Path("models") / version)
+
+        def progress(line: str) -> None:
+            # One line per embedded version and per matrix cell, on stderr: DVC shows it live.
+            print(line, file=sys.stderr, flush=True)
+
+        from compat.models.card import dim_mismatch, train_fingerprint
 
         report = run_evaluation(
             config,
@@ -66,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             source.fingerprint,
             load_model,
             args.cache,
-            weights_of=weights_of,
-            report=print,
+            weights_of=lambda v: card(v).weights_sha256,
+            train_data_of=lambda v: train_fingerprint(card(v)),
+            dim_mismatch_of=lambda v: dim_mismatch(card(v)),
+            report=progress,
         )
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
