@@ -118,3 +118,53 @@ def test_score_truncate_equals_scoring_the_first_coordinates(tmp_path):
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["score", "-q", q, "-g", g, "--dim-mismatch", "crop"])
     assert r.exit_code == 2
+
+
+def test_a_128_to_256_pair_trained_with_bct_is_evaluated_by_truncation(tmp_path):
+    """BCT's wider new model, trained for real (tiny backbone, one epoch): its card records
+    ``dim_mismatch: truncate``, and the evaluate stage's M(v2, v1) is M of v2's first 128
+    coordinates (re-normalised) against v1's gallery."""
+    import torch
+
+    from compat.models import load_version
+    from compat.models.card import dim_mismatch
+    from compat.train import DataInfo, TrainConfig, train_arrays
+
+    rng = np.random.default_rng(0)
+    classes, per = 6, 8
+    patterns = rng.integers(0, 256, (classes, 8, 8, 1))
+    images = np.clip(patterns.repeat(per, 0) + rng.normal(0, 25, (classes * per, 8, 8, 1)), 0, 255)
+    images = images.astype(np.uint8)
+    labels = [f"c{c}" for c in range(classes) for _ in range(per)]
+    base = dict(backbone="tiny", batch_size=16, epochs=1, seed=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for version, kw in (
+            ("v1", {"dim": 128}),
+            ("v2", {"dim": 256, "method": "bct", "parent": "v1", "seed": 2}),
+        ):
+            info = DataInfo(version, f"fp-{version}", "src", sorted(set(labels)))
+            train_arrays(version, TrainConfig(**{**base, **kw}), images, labels, info,
+                         models_dir=tmp_path, quiet=True, checkpoint_dir=tmp_path / "ck" / version)  # fmt: skip
+        embedded, cards = {}, {}
+        x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+        for version in ("v1", "v2"):
+            model, cards[version] = load_version(tmp_path / version)
+            with torch.no_grad():
+                embedded[version] = _unit(model(x).numpy())
+    finally:
+        torch.set_num_threads(threads)
+    assert (cards["v1"].dim, cards["v2"].dim) == (128, 256)
+    assert dim_mismatch(cards["v2"]) == "truncate"
+    manifest = _eval_set(classes=classes, per=per)
+    config = EvaluateConfig(chain=["v1", "v2"], bootstrap=0)
+    modes = {v: dim_mismatch(c) for v, c in cards.items()}
+    report = evaluate_chain(manifest, embedded, config, dim_mismatch=modes)
+    by_hand = evaluate_chain(
+        manifest, {"v1": embedded["v1"], "v2": _unit(embedded["v2"][:, :128])}, config
+    )
+    for protocol, metrics in by_hand["matrix"].items():
+        for metric, rows in metrics.items():
+            assert protocol == "open-set" or rows["v2"]["v1"] is not None  # no open classes here
+            assert report["matrix"][protocol][metric]["v2"]["v1"] == rows["v2"]["v1"], metric
