@@ -4,7 +4,10 @@ Reads params.yaml ``evaluate`` (:class:`compat.evaluate.config.EvaluateConfig`),
 ``splits/eval.json``, ``data/source.json`` and ``models/<version>/`` for every chain version and
 paragon. Embeddings are cached in ``cache/embeddings/`` keyed by (weights sha256, data
 fingerprint, transform). Writes ``metrics/compat.json``, ``metrics/<protocol>.json``,
-``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`).
+``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`). Progress goes to
+stderr as it happens: a line per embedded version and per matrix cell. A paragon trained on
+another split than its version's is refused (exit 4) before anything is embedded; a version of
+another width meets an older gallery as its card's ``dim_mismatch`` says.
 Usage: ``python stages/evaluate.py [--params FILE --section KEY] [--metrics DIR] [--plots DIR]
 [--cache DIR]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
 ``metrics/``, ``plots/``, ``cache/embeddings/``); a pipeline that evaluates several chains (e.g.

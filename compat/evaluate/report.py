@@ -67,7 +67,7 @@ def evaluate_chain(
     config: EvaluateConfig,
     *,
     dim_mismatch: Mapping[str, str | None] | None = None,
-    report: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The full evaluation report (a JSON-able dict) from per-version embeddings.
 
@@ -76,7 +76,7 @@ def evaluate_chain(
     ``dim_mismatch[v]`` (``truncate`` or ``pad``, :mod:`compat.embeddings.dims`) says how v's
     embeddings meet those of an older version of another width; a cell of two widths whose
     newer version names none stays empty (null) and is listed under ``skipped``; an aligned
-    one is listed under ``aligned``. ``report`` receives one line per cell as it is done.
+    one is listed under ``aligned``. ``progress`` receives one line per cell as it is done.
     """
     from compat.embeddings.dims import align_pair
 
@@ -109,8 +109,8 @@ def evaluate_chain(
                     }
                 )
                 results[(q, g)] = {}
-                if report is not None:
-                    report(
+                if progress is not None:
+                    progress(
                         f"evaluate: cell {i}/{len(cells)} M({q}, {g}): skipped ({dq} vs {dg} dims)"
                     )
                 continue
@@ -133,8 +133,8 @@ def evaluate_chain(
             device=config.device,
             codes=codes,
         )
-        if report is not None:
-            report(
+        if progress is not None:
+            progress(
                 f"evaluate: cell {i}/{len(cells)} M({q}, {g}): "
                 f"{', '.join(p.name for p in protocols)} in {time.perf_counter() - started:.1f} s"
             )

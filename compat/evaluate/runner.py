@@ -96,7 +96,7 @@ def run_evaluation(
         )  # fmt: skip
         held.pop(version, None)
     modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
-    result = evaluate_chain(manifest, embeddings, config, dim_mismatch=modes, report=report)
+    result = evaluate_chain(manifest, embeddings, config, dim_mismatch=modes, progress=report)
     result["data_fingerprint"] = data_fp
     if config.forward:
         from compat.evaluate.forward import evaluate_forward
