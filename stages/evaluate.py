@@ -4,7 +4,10 @@ Reads params.yaml ``evaluate`` (:class:`compat.evaluate.config.EvaluateConfig`),
 ``splits/eval.json``, ``data/source.json`` and ``models/<version>/`` for every chain version and
 paragon. Embeddings are cached in ``cache/embeddings/`` keyed by (weights sha256, data
 fingerprint, transform). Writes ``metrics/compat.json``, ``metrics/<protocol>.json``,
-``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`).
+``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`). Progress goes to
+stderr as it happens: a line per embedded version and per matrix cell. A paragon trained on
+another split than its version's is refused (exit 4) before anything is embedded; a version of
+another width meets an older gallery as its card's ``dim_mismatch`` says.
 Usage: ``python stages/evaluate.py [--params FILE --section KEY] [--metrics DIR] [--plots DIR]
 [--cache DIR]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
 ``metrics/``, ``plots/``, ``cache/embeddings/``); a pipeline that evaluates several chains (e.g.
@@ -53,11 +56,17 @@ def main(argv: list[str] | None = None) -> int:
 
             return load_version(Path("models") / version)
 
-        def weights_of(version: str) -> str:
+        def card(version: str):
             # The card names the weights: a cached version's model is never loaded.
             from compat.models.card import read_model_card
 
-            return read_model_card(Path("models") / version).weights_sha256
+            return read_model_card(Path("models") / version)
+
+        def progress(line: str) -> None:
+            # One line per embedded version and per matrix cell, on stderr: DVC shows it live.
+            print(line, file=sys.stderr, flush=True)
+
+        from compat.models.card import dim_mismatch, train_fingerprint
 
         report = run_evaluation(
             config,
@@ -66,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             source.fingerprint,
             load_model,
             args.cache,
-            weights_of=weights_of,
-            report=print,
+            weights_of=lambda v: card(v).weights_sha256,
+            train_data_of=lambda v: train_fingerprint(card(v)),
+            dim_mismatch_of=lambda v: dim_mismatch(card(v)),
+            report=progress,
         )
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)

@@ -4,6 +4,12 @@ Checked for the default pipeline at the root and for experiments/bict (the lambd
 stages run the same scripts from its own folder.
 """
 
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +137,115 @@ def test_experiment_projects_send_no_analytics_and_ignore_their_outputs(folder: 
     ignored = (folder / ".gitignore").read_text().split()
     for out in ("data", "splits", "models", "cache"):
         assert f"/{out}" in ignored or f"/{out}/" in ignored, (folder.name, out)
+
+
+# -- dvc plots and dvc exp show on the committed outputs (issue 15.5) --------------------------
+
+
+def _dvc() -> str:
+    found = Path(sys.executable).with_name("dvc")
+    return str(found) if found.is_file() else (shutil.which("dvc") or "dvc")
+
+
+def _top_level_plots() -> dict[str, dict]:
+    """dvc.yaml's top-level ``plots``: id -> its definition ({} for a bare path)."""
+    out = {}
+    for entry in yaml.safe_load((REPO / "dvc.yaml").read_text())["plots"]:
+        if isinstance(entry, str):
+            out[entry] = {}
+        else:
+            ((name, definition),) = entry.items()
+            out[name] = definition or {}
+    return out
+
+
+@pytest.fixture
+def committed(tmp_path: Path) -> Path:
+    """A scratch copy of the pipeline files and the committed outputs (dvc may write into
+    .dvc/tmp), as a git repository with one commit (dvc exp show needs a baseline)."""
+    for name in ("dvc.yaml", "params.yaml", ".dvcignore", ".dvc/config", "plots", "metrics"):
+        src, dst = REPO / name, tmp_path / name
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, dst)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "outputs"]):
+        subprocess.run(cmd, cwd=tmp_path, check=True, env=env, capture_output=True)
+    return tmp_path
+
+
+def test_plots_are_declared_for_every_heatmap_backfill_curve_and_trained_version():
+    params = load_params(REPO / "params.yaml")
+    plots = _top_level_plots()
+    for protocol in params.evaluate.protocols:
+        assert f"plots/heatmap_{protocol}.png" in plots
+        for new in params.evaluate.forward:
+            assert f"plots/backfill/{new}_{protocol}.json" in plots
+    assert {f"plots/backfill_{new}.png" for new in params.evaluate.forward} <= set(plots)
+    assert set(plots["training loss"]["y"]) == {
+        f"models/{v}/train_metrics.json" for v in params.train
+    }
+
+
+def test_every_declared_plot_renders(committed: Path):
+    """``dvc plots show --json`` on the committed outputs reports no error and data for
+    every declared plot. Training curves are stage outputs (not committed): the copy gets a
+    train_metrics.json per version from the training loop's own writer."""
+    from compat.train.progress import write_metrics
+
+    plots = _top_level_plots()
+    for i, path in enumerate(plots["training loss"]["y"]):
+        rows = [
+            {"epoch": e, "loss": 5.0 - e - i / 10, "lr": 1e-3, "seconds": 1.0, "images_per_s": 9.0}
+            for e in (1, 2)
+        ]
+        write_metrics(committed / path, rows)
+    r = subprocess.run([_dvc(), "plots", "show", "--json"], cwd=committed, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert shown.get("errors") in (None, []), shown.get("errors")
+    assert "could not find provided field" not in r.stderr, r.stderr
+    rendered = set(shown["data"])
+    for name, definition in plots.items():
+        if name == "plots/cmc":
+            assert any(k.startswith("plots/cmc/") for k in rendered)
+        else:
+            assert name in rendered, name
+        for entry in shown["data"].get(name, []):
+            if entry["type"] == "vega":
+                fields = set(entry["content"]["data"]["values"][0])
+                ys = definition.get("y", [])
+                ys = [ys] if isinstance(ys, str) else list(ys) if isinstance(ys, list) else []
+                assert {definition["x"], *ys} <= fields or not ys, (name, fields)
+
+
+def _readme_exp_show() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.startswith("dvc exp show")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_readme_exp_show_example_selects_real_columns(committed: Path):
+    """The README's ``dvc exp show`` line, run as written, keeps the columns it promises: a
+    metric column and the swept params, with values in the workspace row."""
+    import shlex
+
+    argv = shlex.split(_readme_exp_show())
+    r = subprocess.run(
+        [_dvc(), *argv[1:]],
+        cwd=committed,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if "Experiment" in line).split()
+    keep = re.compile(argv[argv.index("--keep") + 1])
+    assert header[0] == "Experiment" and all(keep.search(c) for c in header)
+    assert any(c.startswith("M.") for c in header), header  # metrics, not only params
+    assert any(c.startswith("train.") for c in header), header
+    workspace = next(line for line in r.stdout.splitlines() if line.split()[:1] == ["workspace"])
+    assert len(workspace.split()) == len(header)  # a value under every column

@@ -5,6 +5,7 @@ Registered on the main app by ``score.register(app)``.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import sys
@@ -13,6 +14,14 @@ from pathlib import Path
 import typer
 
 from compat.cli.common import exit_on_error
+
+
+class DimMismatchChoice(enum.StrEnum):
+    """``--dim-mismatch`` (:mod:`compat.embeddings.dims`)."""
+
+    truncate = "truncate"
+    pad = "pad"
+
 
 HELP = (
     "Score query embeddings against gallery embeddings with the evaluation protocols.\n\n"
@@ -36,7 +45,11 @@ HELP = (
     "query's id is left out likewise (the same item embedded by two models).\n\n"
     "Exit codes: 0 success; 2 usage (unknown protocol); 3 a file is missing; 4 bad input "
     "(unreadable archive, missing key, empty array, NaN or inf, non-integer labels, rows and "
-    "labels of different lengths, query and gallery of different dimensions)."
+    "labels of different lengths, query and gallery of different dimensions without "
+    "--dim-mismatch).\n\n"
+    "Different dimensions: --dim-mismatch truncate scores the first d coordinates of the wider "
+    "rows (BCT's convention for a new model wider than the old one), truncating before "
+    "L2-normalising; --dim-mismatch pad zero-pads the narrower rows."
 )
 
 
@@ -58,11 +71,18 @@ def score(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed for sampled verification pairs."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    dim_mismatch: DimMismatchChoice | None = typer.Option(
+        None,
+        "--dim-mismatch",
+        help="How query and gallery rows of different widths meet: truncate (BCT: the wider "
+        "rows' first d coordinates, then L2-normalised) or pad (zero-pad the narrower rows).",
+    ),
 ) -> None:
     with exit_on_error():
         flat, notes, counts = _score(
-            query, gallery, protocol or None, normalize, max_pairs, seed, device
-        )
+            query, gallery, protocol or None, normalize, max_pairs, seed, device,
+            dim_mismatch.value if dim_mismatch is not None else None,
+        )  # fmt: skip
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         if as_json:
@@ -80,6 +100,7 @@ def _score(
     max_pairs: int,
     seed: int,
     device: str,
+    dim_mismatch: str | None = None,
 ) -> tuple[dict[str, float], list[str], dict[str, dict[str, int]]]:
     import numpy as np
 
@@ -91,13 +112,19 @@ def _score(
     built = create_protocols(names, max_pairs=max_pairs, seed=seed)  # unknown name: exit 2
     q = load_bundle(query_path)
     g = load_bundle(gallery_path)
+    q_raw, g_raw = q.embeddings, g.embeddings
     if q.dim != g.dim:
-        raise BadInputError(
-            f"{query_path}: embeddings: dimension {q.dim} does not match {gallery_path} "
-            f"dimension {g.dim}"
-        )
-    q_emb = _normalized(q.embeddings, query_path) if normalize else q.embeddings
-    g_emb = _normalized(g.embeddings, gallery_path) if normalize else g.embeddings
+        if dim_mismatch is None:
+            raise BadInputError(
+                f"{query_path}: embeddings: dimension {q.dim} does not match {gallery_path} "
+                f"dimension {g.dim} (--dim-mismatch truncate|pad says how they meet)"
+            )
+        from compat.embeddings.dims import align_pair
+
+        # Truncate first, L2-normalise after (below): BCT compares the first d_old coordinates.
+        q_raw, g_raw = align_pair(q_raw, g_raw, dim_mismatch, normalize=False)
+    q_emb = _normalized(q_raw, query_path) if normalize else q_raw
+    g_emb = _normalized(g_raw, gallery_path) if normalize else g_raw
 
     exclude = None
     if query_path.resolve() == gallery_path.resolve():

@@ -16,6 +16,10 @@ A criterion with the ``forward`` term compares M(new, psi(parent)): the caller p
 parent's evaluation-set embeddings upgraded by the version's psi (``upgraded[parent]``), and
 the cell is named ``(new, "psi(<parent>)")`` in the matrix. It is checked against the parent
 only (psi maps the parent's embeddings, not older ones).
+
+A version wider (or narrower) than an ancestor meets its gallery as the contract's
+``dim_mismatch`` says (:func:`compat.embeddings.dims.align_pair`; BCT: the first d_old
+coordinates of the new embedding, re-normalised); without it such a cell is an error.
 """
 
 from __future__ import annotations
@@ -152,6 +156,7 @@ def judge(
 
     ``upgraded[parent]``: the parent's embeddings upgraded by psi into the new version's space;
     required when a criterion uses ``forward``."""
+    from compat.embeddings.dims import align_pair
     from compat.evaluate.protocols import PROTOCOLS, evaluate_manifest, label_codes
 
     new = contract.version
@@ -180,9 +185,12 @@ def judge(
     for q, g in cells:
         eq, eg = embeddings[q], embeddings[g]
         if eq.shape[1] != eg.shape[1]:
-            raise BadInputError(
-                f"embeddings of {q} ({eq.shape[1]} dims) and {g} ({eg.shape[1]} dims) cannot be compared"
-            )
+            if contract.dim_mismatch is None:
+                raise BadInputError(
+                    f"embeddings of {q} ({eq.shape[1]} dims) and {g} ({eg.shape[1]} dims) cannot "
+                    f"be compared: declare dim_mismatch (truncate or pad) in {new}'s contract"
+                )
+            eq, eg = align_pair(eq, eg, contract.dim_mismatch)
         results[(q, g)] = evaluate_manifest(
             manifest, eq, eg, protocols, chunk_size=chunk_size, device=device, codes=codes
         )

@@ -3,7 +3,11 @@
 A contract names the parent the version must stay compatible with, the facts its model card must
 show (embedding dimension, head), the criteria ``compat promote`` checks, the ancestors whose
 galleries are still served (``transitive``: every criterion must hold against each of them too),
-and optionally the paragon its update gain is measured against.
+and optionally the paragon its update gain is measured against (an independent model trained on
+the version's own training split; ``compat promote`` refuses one trained on other data) and,
+for a version whose embedding width differs from an ancestor's, ``dim_mismatch``: how its
+embeddings meet that ancestor's gallery (``truncate``: BCT's first d_old coordinates of the new
+embedding, then L2-normalised; ``pad``: the old rows zero-padded; :mod:`compat.embeddings.dims`).
 
 A criterion compares two cells of the compatibility matrix, M(query version, gallery version)
 (BCT, Shen et al. CVPR 2020, Eq. 1: M(new, old) > M(old, old)). The terms of ``require`` are:
@@ -40,7 +44,7 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -173,6 +177,7 @@ class Contract(BaseModel):
     criteria: list[Criterion] = Field(default_factory=list)
     transitive: list[str] = Field(default_factory=list)
     paragon: str | None = None
+    dim_mismatch: Literal["truncate", "pad"] | None = None
 
     @field_validator("head")
     @classmethod

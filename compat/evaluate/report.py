@@ -20,7 +20,8 @@ Keys of JSON objects are versions and metric names; undefined values are ``null`
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,43 +52,92 @@ def evaluation_cells(config: EvaluateConfig) -> list[Cell]:
     return cells
 
 
+def cell_dim_mismatch(
+    q: str, g: str, versions: list[str], dim_mismatch: Mapping[str, str | None]
+) -> tuple[str, str | None]:
+    """(the newer of q and g in ``versions`` order, the ``dim_mismatch`` it was trained with):
+    the newer version decides how its embeddings meet the older one's (BCT: truncate)."""
+    newer = max((q, g), key=lambda v: versions.index(v) if v in versions else len(versions))
+    return newer, dim_mismatch.get(newer)
+
+
 def evaluate_chain(
     manifest: EvalSetLike,
     embeddings: Mapping[str, np.ndarray],
     config: EvaluateConfig,
+    *,
+    dim_mismatch: Mapping[str, str | None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The full evaluation report (a JSON-able dict) from per-version embeddings.
 
     ``embeddings[v]`` is version v's (len(manifest.items), d) matrix, rows aligned with
     ``manifest.items``; it must hold every version in ``config.versions()``.
+    ``dim_mismatch[v]`` (``truncate`` or ``pad``, :mod:`compat.embeddings.dims`) says how v's
+    embeddings meet those of an older version of another width; a cell of two widths whose
+    newer version names none stays empty (null) and is listed under ``skipped``; an aligned
+    one is listed under ``aligned``. ``progress`` receives one line per cell as it is done.
     """
+    from compat.embeddings.dims import align_pair
+
     missing = [v for v in config.versions() if v not in embeddings]
     if missing:
         raise ValueError(f"no embeddings for version(s): {', '.join(missing)}")
     protocols = create_protocols(config.protocols, **config.protocol_options())
     codes = label_codes(manifest.labels)
     cells = evaluation_cells(config)
+    versions = config.versions()
+    modes = dict(dim_mismatch or {})
     results: dict[Cell, dict[str, ProtocolResult]] = {}
     skipped: list[dict[str, str]] = []
-    for q, g in cells:
-        dq, dg = embeddings[q].shape[1], embeddings[g].shape[1]
+    aligned: list[dict[str, Any]] = []
+    for i, (q, g) in enumerate(cells, 1):
+        started = time.perf_counter()
+        eq, eg = embeddings[q], embeddings[g]
+        dq, dg = eq.shape[1], eg.shape[1]
         if dq != dg:
-            # Embeddings of different widths have no inner product: the cell stays empty
-            # (null in the report) rather than guessing a truncation or padding convention.
-            skipped.append(
-                {"query": q, "gallery": g, "reason": f"dimensions differ ({dq} vs {dg})"}
+            newer, mode = cell_dim_mismatch(q, g, versions, modes)
+            if mode is None:
+                # No declared convention: the cell stays empty (null in the report) rather
+                # than guessing a truncation or padding.
+                skipped.append(
+                    {
+                        "query": q,
+                        "gallery": g,
+                        "reason": f"dimensions differ ({dq} vs {dg}) and {newer} declares "
+                        "no dim_mismatch",
+                    }
+                )
+                results[(q, g)] = {}
+                if progress is not None:
+                    progress(
+                        f"evaluate: cell {i}/{len(cells)} M({q}, {g}): skipped ({dq} vs {dg} dims)"
+                    )
+                continue
+            eq, eg = align_pair(eq, eg, mode)
+            aligned.append(
+                {
+                    "query": q,
+                    "gallery": g,
+                    "dim_mismatch": mode,
+                    "dims": [dq, dg],
+                    "dim": eq.shape[1],
+                }
             )
-            results[(q, g)] = {}
-            continue
         results[(q, g)] = evaluate_manifest(
             manifest,
-            embeddings[q],
-            embeddings[g],
+            eq,
+            eg,
             protocols,
             chunk_size=config.chunk_size,
             device=config.device,
             codes=codes,
         )
+        if progress is not None:
+            progress(
+                f"evaluate: cell {i}/{len(cells)} M({q}, {g}): "
+                f"{', '.join(p.name for p in protocols)} in {time.perf_counter() - started:.1f} s"
+            )
 
     report: dict[str, Any] = {
         "chain": list(config.chain),
@@ -101,6 +151,7 @@ def evaluate_chain(
         },
         "cells": [[q, g] for q, g in cells],
         "skipped": skipped,
+        "aligned": aligned,
         "counts": {},
         "matrix": {},
         "interval": {},

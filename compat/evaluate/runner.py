@@ -19,12 +19,15 @@ from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.protocols import EvalSetLike, label_codes
 from compat.evaluate.report import evaluate_chain
 from compat.io import fingerprint
-from compat.models.card import check_upgrade, read_upgrade_card
+from compat.models.card import check_paragon, check_upgrade, read_upgrade_card
 
 # (model, card) for a version name; the card has a ``weights_sha256`` (a ModelCard does).
 LoadModel = Callable[[str], tuple[Any, Any]]
 # A version's weights sha256, read without loading the model (e.g. from its model card).
 WeightsOf = Callable[[str], str]
+# A version's card fact read without loading the model: its training-split fingerprint, or the
+# dim_mismatch it was trained with (None when the card records none).
+CardFact = Callable[[str], str | None]
 
 
 def run_evaluation(
@@ -36,6 +39,8 @@ def run_evaluation(
     cache_root: str | os.PathLike[str],
     *,
     weights_of: WeightsOf | None = None,
+    train_data_of: CardFact | None = None,
+    dim_mismatch_of: CardFact | None = None,
     report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Embed every version of ``config`` and evaluate the chain; returns the report dict.
@@ -44,7 +49,20 @@ def run_evaluation(
     weights; without it each model is loaded to read its card's digest.
     With ``config.forward`` (version -> folder of its upgrade module psi) the report also holds
     a ``forward`` section: M(new, psi(old)) beside M(new, old) and the partial-backfill curve
-    (:mod:`compat.evaluate.forward`)."""
+    (:mod:`compat.evaluate.forward`).
+    With ``train_data_of`` every paragon must have been trained on its version's training split
+    (:func:`compat.models.card.check_paragon`, BadInputError before anything is embedded);
+    ``dim_mismatch_of`` says how each version meets an older one of another width.
+    ``report`` receives progress lines (embedding, then one per matrix cell)."""
+    if train_data_of is not None:
+        for version, paragon in config.paragon.items():
+            check_paragon(
+                version,
+                paragon,
+                version_data=train_data_of(version),
+                paragon_data=train_data_of(paragon),
+                where=f"evaluate.paragon.{version}",
+            )
     manifest_fp = getattr(manifest, "fingerprint", None) or fingerprint(list(manifest.items))
     data_fp = data_fingerprint(source_fingerprint, manifest_fp)
     versions = config.versions()
@@ -77,7 +95,8 @@ def run_evaluation(
             )
         )  # fmt: skip
         held.pop(version, None)
-    result = evaluate_chain(manifest, embeddings, config)
+    modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
+    result = evaluate_chain(manifest, embeddings, config, dim_mismatch=modes, progress=report)
     result["data_fingerprint"] = data_fp
     if config.forward:
         from compat.evaluate.forward import evaluate_forward
@@ -121,4 +140,11 @@ def upgraded_embeddings(
     return upgraded, info
 
 
-__all__ = ["LoadModel", "WeightsOf", "data_fingerprint", "run_evaluation", "upgraded_embeddings"]
+__all__ = [
+    "CardFact",
+    "LoadModel",
+    "WeightsOf",
+    "data_fingerprint",
+    "run_evaluation",
+    "upgraded_embeddings",
+]

@@ -13,7 +13,9 @@ card must not pass as provenance.
 
 :func:`check_upgrade` is the one check of a psi card against what its user has at hand (the
 versions it should connect, the weights those versions were made by, the width of the rows it
-will be given); evaluate, promote and backfill all call it.
+will be given); evaluate, promote and backfill all call it. :func:`check_paragon` is the one
+check that a version's paragon was trained on the version's own training split; evaluate and
+promote call it.
 
 No torch here: the registry and the CLI read cards without loading a model.
 """
@@ -286,6 +288,47 @@ def check_upgrade(
         )
 
 
+def train_fingerprint(card: ModelCard) -> str | None:
+    """The fingerprint of the training split ``card``'s weights were trained on (None when the
+    card records none: hand-made and benchmark cards)."""
+    recorded = card.data.train_fingerprint if card.data is not None else None
+    return recorded or card.data_fingerprint
+
+
+def dim_mismatch(card: ModelCard) -> str | None:
+    """How the version's embeddings meet an older version's of another width (``truncate``
+    or ``pad``, :mod:`compat.embeddings.dims`): the ``dim_mismatch`` its training method was
+    given (``method_params``); None when the method has no such parameter."""
+    value = (card.method_params or {}).get("dim_mismatch")
+    return str(value) if value is not None else None
+
+
+def check_paragon(
+    version: str,
+    paragon: str,
+    *,
+    version_data: str | None,
+    paragon_data: str | None,
+    where: str,
+) -> None:
+    """Raise BadInputError unless ``paragon`` was trained on ``version``'s own training split.
+
+    The update gain (BCT, Shen et al. CVPR 2020, Eq. 9) divides by what a full backfill to the
+    new model would buy, M(new*, new*) - M(old, old), where new* is trained *on the new model's
+    training data* without compatibility; a paragon trained on more data (a later version's
+    split) inflates the denominator and understates the gain. ``version_data`` and
+    ``paragon_data`` are training-split fingerprints (a model card's ``data.train_fingerprint``,
+    the registry's ``compat.data`` tag); a side that records none (a version registered from
+    its embeddings) is not compared. ``where`` names what is being checked (file or field).
+    """
+    if version_data and paragon_data and version_data != paragon_data:
+        raise BadInputError(
+            f"{where}: paragon {paragon} was trained on split {paragon_data[:12]}..., but "
+            f"{version} on {version_data[:12]}...; a version's paragon is an independent model "
+            f"trained on that version's own training split"
+        )
+
+
 __all__ = [
     "CARD",
     "CARD_SCHEMA",
@@ -293,9 +336,12 @@ __all__ = [
     "EmbeddingsCard",
     "ModelCard",
     "UpgradeCard",
+    "check_paragon",
     "check_upgrade",
+    "dim_mismatch",
     "read_model_card",
     "read_upgrade_card",
+    "train_fingerprint",
     "write_model_card",
     "write_upgrade_card",
 ]

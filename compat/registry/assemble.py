@@ -22,7 +22,7 @@ import numpy as np
 
 from compat.contracts.schema import Contract
 from compat.errors import BadInputError, CompatError, NotFoundError
-from compat.models.card import check_upgrade, read_model_card
+from compat.models.card import check_paragon, check_upgrade, read_model_card
 from compat.registry.store import Registry, VersionRecord
 
 
@@ -194,10 +194,33 @@ def upgraded_parent(
     return {parent: upgrade_array(psi, embeddings[parent])}, card.provenance(folder)
 
 
+def check_paragon_split(
+    contract: Contract, records: dict[str, VersionRecord], paragon: str | None
+) -> None:
+    """BadInputError (exit 4) when the paragon's registered training split (tag
+    ``compat.data``) differs from the version's: its gain would not be the version's."""
+    if not paragon:
+        return
+    new = contract.version
+    check_paragon(
+        new,
+        paragon,
+        version_data=records[new].tags.get("compat.data"),
+        paragon_data=records[paragon].tags.get("compat.data"),
+        where=f"paragon {paragon}: tag compat.data",
+    )
+
+
 def assemble(
-    reg: Registry, contract: Contract, records: dict[str, VersionRecord], paths: Paths
+    reg: Registry,
+    contract: Contract,
+    records: dict[str, VersionRecord],
+    paths: Paths,
+    paragon: str | None = None,
 ) -> Assembled:
-    """Every version's rows (``records`` order) and, for forward criteria, psi(parent)."""
+    """Every version's rows (``records`` order) and, for forward criteria, psi(parent);
+    first, a ``paragon`` trained on other data than the version is refused."""
+    check_paragon_split(contract, records, paragon)
     manifest, embeddings, data_fp = gather_embeddings(reg, list(records), paths, records)
     upgraded, psi = upgraded_parent(contract, records, paths, embeddings)
     return Assembled(manifest, embeddings, data_fp, upgraded, psi)
@@ -208,6 +231,7 @@ __all__ = [
     "Paths",
     "assemble",
     "bundle_rows",
+    "check_paragon_split",
     "download",
     "gather_embeddings",
     "is_model",

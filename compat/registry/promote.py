@@ -108,7 +108,7 @@ def promote(
     if against is not None and reg.find(against) is None:
         raise NotFoundError(f"--against {against!r} is not registered")
 
-    facts = assemble(reg, contract, records, paths)
+    facts = assemble(reg, contract, records, paths, paragon)
     verdict = judge(
         contract,
         facts.manifest,

@@ -90,10 +90,17 @@ def test_stage_writes_metrics_plots_and_uses_the_cache(project, capsys):
     assert (tmp_path / "plots/cmc/v2_on_v1.json").is_file()
     assert (tmp_path / "plots/heatmap_identification.png").is_file()
     assert len(list((tmp_path / "cache/embeddings").glob("*.npz"))) == 3
-    out = capsys.readouterr().out
-    assert "embedded" in out and "identification top1: M(v1,v1)=" in out
+    captured = capsys.readouterr()
+    assert "identification top1: M(v1,v1)=" in captured.out
+    # Progress goes to stderr as it happens: each version embedded, then a line per cell.
+    assert "embedded" in captured.err
+    cell_lines = [line for line in captured.err.splitlines() if "evaluate: cell " in line]
+    assert [line.split(":")[1].strip().split(" M")[0] for line in cell_lines] == [
+        "cell 1/4", "cell 2/4", "cell 3/4", "cell 4/4",
+    ]  # fmt: skip
+    assert "M(v2, v1): identification, open-set, verification in" in cell_lines[1]
     assert stage.main() == 0
-    assert "cached" in capsys.readouterr().out
+    assert "cached" in capsys.readouterr().err
     assert sorted(loads) == ["v1", "v2", "v2p"]  # cached versions: no model loaded again
 
 
@@ -111,3 +118,58 @@ def test_stage_errors_exit_with_their_code(project, capsys):
     Path("splits/eval.json").unlink()
     assert stage.main() == 3
     assert "splits/eval.json" in capsys.readouterr().err
+
+
+def _set_training_split(version: str, split: str, train_fingerprint: str) -> None:
+    path = Path("models") / version / "card.json"
+    card = json.loads(path.read_text())
+    card["data"] = {"split": split, "train_fingerprint": train_fingerprint}
+    write_json(path, card)
+
+
+def test_a_paragon_trained_on_another_split_is_refused_before_embedding(project, capsys):
+    """Issue 13.4: a version's paragon is trained on that version's own training split."""
+    tmp_path, loads = project
+    _set_training_split("v1", "v1", "a" * 16)
+    _set_training_split("v2", "v2", "b" * 16)
+    _set_training_split("v2p", "v3", "c" * 16)  # a later version's data: gain understated
+    stage = _stage()
+    assert stage.main() == 4
+    err = capsys.readouterr().err
+    assert "evaluate.paragon.v2: paragon v2p was trained on split cccccccccccc" in err
+    assert loads == [] and not (tmp_path / "metrics").exists()  # nothing embedded or written
+    _set_training_split("v2p", "v2", "b" * 16)  # the right paragon: v2's own split
+    assert stage.main() == 0
+    report = json.loads((tmp_path / "metrics/compat.json").read_text())
+    assert report["gain"]["identification"]["top1"]["v2"]["v1"]["paragon"] == "v2p"
+
+
+def test_stage_truncates_a_wider_version_as_its_card_says(project, monkeypatch, capsys):
+    """Issue 13.7: v2 (10 dims) meets v1's 6-dim gallery by its first 6 coordinates."""
+    tmp_path, _ = project
+
+    def load(path):
+        version = Path(path).name
+        torch.manual_seed({"v1": 1, "v2": 2, "v2p": 3}[version])
+        model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10 if version == "v2" else 6))
+        return model.eval(), SimpleNamespace(weights_sha256=f"sha-{version}")
+
+    monkeypatch.setattr(compat.models, "load_version", load)
+    path = Path("models/v2/card.json")
+    card = json.loads(path.read_text())
+    write_json(
+        path, {**card, "dim": 10, "method": "bct", "method_params": {"dim_mismatch": "truncate"}}
+    )
+    stage = _stage()
+    assert stage.main() == 0
+    report = json.loads((tmp_path / "metrics/compat.json").read_text())
+    assert report["skipped"] == []
+    assert report["aligned"] == [
+        {"query": "v2", "gallery": "v1", "dim_mismatch": "truncate", "dims": [10, 6], "dim": 6}
+    ]
+    assert report["matrix"]["identification"]["top1"]["v2"]["v1"] is not None
+    write_json(path, {**card, "dim": 10})  # a card without dim_mismatch: the cell stays empty
+    assert stage.main() == 0
+    report = json.loads((tmp_path / "metrics/compat.json").read_text())
+    assert report["matrix"]["identification"]["top1"]["v2"].get("v1") is None
+    assert "v2 declares no dim_mismatch" in report["skipped"][0]["reason"]
