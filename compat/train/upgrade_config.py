@@ -39,12 +39,41 @@ class UpgradeConfig(BaseModel):
         ge=1,
         description="passes over the pairs (3,200 pairs: 20 -> held-out cos 0.80, 100 -> 0.86)",
     )
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="Adam (L2) weight decay")
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(
+        0.0,
+        ge=0,
+        description="AdamW (decoupled) weight decay: with residual, shrinkage toward the identity",
+    )
     batch_size: int = Field(256, ge=2)
     seed: int = 0
+    residual: bool = Field(
+        True,
+        description="psi(x) = x + MLP(x), the MLP's output layer at zero: the identity at the "
+        "start (only where the two versions' dims agree; otherwise the plain MLP)",
+    )
     val_fraction: float = Field(
-        0.1, ge=0, lt=1, description="pairs held out to report how well psi generalises"
+        0.1,
+        ge=0,
+        lt=1,
+        description="held out to pick the epoch and check psi: this share of the classes "
+        "(of the rows when there are too few classes or no labels)",
+    )
+    monitor: Literal["top1", "loss"] = Field(
+        "top1",
+        description="what picks the best epoch on the held-out pairs: retrieval top-1 (ties "
+        "by loss) or the loss (ties by top-1)",
+    )
+    patience: int | None = Field(
+        10, ge=1, description="stop after this many epochs without a better held-out epoch"
+    )
+    refuse: bool = Field(
+        True,
+        description="save the identity instead of a psi whose held-out top-1 does not beat "
+        "the old gallery left alone (equal dims only)",
+    )
+    min_gain: float = Field(
+        0.0, ge=0, description="held-out top-1 psi must add over no upgrade to be kept"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
