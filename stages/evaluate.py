@@ -6,7 +6,7 @@ paragon. Embeddings are cached in ``cache/embeddings/`` keyed by (weights sha256
 fingerprint, transform). Writes ``metrics/compat.json``, ``metrics/<protocol>.json``,
 ``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`).
 Usage: ``python stages/evaluate.py [--params FILE --section KEY] [--metrics DIR] [--plots DIR]
-[--cache DIR]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
+[--cache DIR] [--manifest FILE]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
 ``metrics/``, ``plots/``, ``cache/embeddings/``); a pipeline that evaluates several chains (e.g.
 ``experiments/sequence``) points each run at its own section and folders.
 """
@@ -41,11 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", default="metrics")
     parser.add_argument("--plots", default="plots")
     parser.add_argument("--cache", default="cache/embeddings")
+    parser.add_argument(
+        "--manifest",
+        default="splits/eval.json",
+        help="the held-out set to evaluate on (splits/validation.json: choices, compat.evaluate.pick)",
+    )
     # In-process callers (tests) pass nothing: the defaults, never pytest's own argv.
     args = parser.parse_args([] if argv is None else argv)
     try:
         config = load_config(args.params, args.section)
-        manifest = load_eval_manifest("splits/eval.json")
+        manifest = load_eval_manifest(args.manifest)
         source = open_source("data/source.json")
 
         def load_model(version: str):
