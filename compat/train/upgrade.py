@@ -16,8 +16,9 @@ residual psi, :class:`~compat.models.upgrade.UpgradeModule`), AdamW's weight dec
 back toward the identity, a seeded ``val_fraction`` of the pairs (whole classes when labels are
 known) is held out, every epoch (and the start) is scored there by retrieval (the new version's
 held-out embeddings as queries against psi(old) as the gallery, top-1), the best epoch is kept and
-fitting stops ``patience`` epochs after it; and a psi whose held-out top-1 does not beat the
-old gallery left alone is *refused*: the identity is saved instead and the card's ``refused``
+fitting stops ``patience`` epochs after it; and a psi whose held-out top-1 gain over the old
+gallery left alone is not above ``min_gain`` with ``confidence`` (a one-sided lower bound over
+the held-out queries) is *refused*: the identity is saved instead and the card's ``refused``
 says why, so evaluate, promote and ``compat backfill`` see "no upgrade".
 Runs are deterministic on the CPU for a given seed (deterministic algorithms, seeded init,
 seeded shuffling).
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -133,6 +135,26 @@ def _mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @torch.inference_mode()
+def heldout_hits(
+    queries: torch.Tensor, gallery: torch.Tensor, labels: Sequence[Any] | None = None
+) -> torch.Tensor:
+    """Per scored query, whether its top-1 retrieval is right (bool); see :func:`heldout_top1`."""
+    n = len(queries)
+    if n == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    sims = queries.float() @ gallery.float().T
+    if labels is not None:
+        codes = torch.as_tensor(_codes(labels), device=sims.device)
+        same = codes[:, None] == codes[None, :]
+        has_mate = (same.sum(dim=1) - 1) > 0
+        if bool(has_mate.any()):
+            sims.fill_diagonal_(float("-inf"))
+            best = sims.argmax(dim=1)
+            return (codes[best] == codes)[has_mate].cpu()
+    best = sims.argmax(dim=1)
+    return (best == torch.arange(n, device=sims.device)).cpu()
+
+
 def heldout_top1(
     queries: torch.Tensor, gallery: torch.Tensor, labels: Sequence[Any] | None = None
 ) -> float:
@@ -144,21 +166,23 @@ def heldout_top1(
     queries whose label has no other row are left out. Without labels (or when no query has a
     mate): query i is right when its nearest gallery row is its own pair i. Ties go to the lower
     row index. NaN when there is nothing to score."""
-    n = len(queries)
+    hits = heldout_hits(queries, gallery, labels)
+    return float(hits.float().mean()) if len(hits) else float("nan")
+
+
+def gain_lower_bound(with_psi: torch.Tensor, without: torch.Tensor, confidence: float) -> float:
+    """One-sided lower confidence bound of the paired top-1 gain mean(d), d_i = hit_i(psi) -
+    hit_i(no upgrade) on the same queries: mean(d) - z * sd(d) / sqrt(n) (normal approximation,
+    z the ``confidence`` quantile). With fewer than two queries, mean(d)."""
+    d = with_psi.double() - without.double()
+    n = len(d)
     if n == 0:
         return float("nan")
-    sims = queries.float() @ gallery.float().T
-    if labels is not None:
-        codes = torch.as_tensor(_codes(labels), device=sims.device)
-        same = codes[:, None] == codes[None, :]
-        has_mate = (same.sum(dim=1) - 1) > 0
-        if bool(has_mate.any()):
-            sims.fill_diagonal_(float("-inf"))
-            best = sims.argmax(dim=1)
-            right = codes[best] == codes
-            return float(right[has_mate].float().mean())
-    best = sims.argmax(dim=1)
-    return float((best == torch.arange(n, device=sims.device)).float().mean())
+    mean = float(d.mean())
+    if n < 2:
+        return mean
+    z = NormalDist().inv_cdf(confidence)
+    return mean - z * float(d.std(unbiased=True)) / math.sqrt(n)
 
 
 def _codes(labels: Sequence[Any]) -> list[int]:
@@ -203,9 +227,10 @@ def fit_upgrade(
     class retrieval (:func:`heldout_split`, :func:`heldout_top1`). Every epoch is scored on the
     held-out pairs, and so is the start (epoch 0: the identity when psi is residual); the best
     epoch's weights are kept (``cfg.monitor``) and fitting stops after ``cfg.patience`` epochs
-    without a better one. With equal dims and ``cfg.refuse``, a psi whose held-out top-1 does not
-    beat the old gallery left alone by more than ``cfg.min_gain`` is refused: the fit returns
-    the identity psi and ``refused`` says why."""
+    without a better one. With equal dims and ``cfg.refuse``, a psi whose held-out top-1 gain over
+    the old gallery left alone is not above ``cfg.min_gain`` with ``cfg.confidence``
+    (:func:`gain_lower_bound`) is refused: the fit returns the identity psi and ``refused`` says
+    why."""
     from compat.train.progress import Reporter
 
     o = torch.as_tensor(np.ascontiguousarray(old, dtype=np.float32))
@@ -315,16 +340,21 @@ def fit_upgrade(
         summary["val_cosine_without_upgrade"] = _mean_cosine(o_val, t_val) if n_val else None
         summary["val_top1_without_upgrade"] = backward
         top1 = best_row.get("val_top1")
-        if (
-            cfg.refuse
-            and backward is not None
-            and top1 is not None
-            and top1 <= backward + cfg.min_gain
-        ):
+        lower = math.nan
+        if backward is not None and top1 is not None:
+            with torch.inference_mode():
+                psi_hits = heldout_hits(t_val, F.normalize(psi(o_val), dim=1), val_labels)
+            lower = gain_lower_bound(
+                psi_hits, heldout_hits(t_val, o_val, val_labels), cfg.confidence
+            )
+            summary["val_top1_gain_lower_bound"] = lower
+            summary["val_queries"] = len(psi_hits)
+        if cfg.refuse and backward is not None and top1 is not None and lower <= cfg.min_gain:
             refused = UpgradeRefusal(
                 reason=(
-                    f"held-out top-1 {top1:.4f} with psi does not beat {backward:.4f} without "
-                    f"it (+{cfg.min_gain:g} required) on {n_val} held-out pairs ({split_kind}); "
+                    f"held-out top-1 {top1:.4f} with psi against {backward:.4f} without it: the "
+                    f"gain's {cfg.confidence:g} lower bound {lower:+.4f} is not above "
+                    f"{cfg.min_gain:g} ({len(psi_hits)} queries of held-out {split_kind}); "
                     "psi is the identity (no upgrade)"
                 ),
                 metric="top1",
@@ -452,6 +482,8 @@ __all__ = [
     "UpgradePlan",
     "embedding_pairs",
     "fit_upgrade",
+    "gain_lower_bound",
+    "heldout_hits",
     "heldout_split",
     "heldout_top1",
     "plan_upgrade",

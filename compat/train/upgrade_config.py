@@ -75,6 +75,13 @@ class UpgradeConfig(BaseModel):
     min_gain: float = Field(
         0.0, ge=0, description="held-out top-1 psi must add over no upgrade to be kept"
     )
+    confidence: float = Field(
+        0.95,
+        gt=0,
+        lt=1,
+        description="psi is kept only if the one-sided lower bound of its held-out top-1 gain "
+        "at this level is above min_gain (0.5: the gain itself)",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     embed_batch_size: int = Field(512, ge=1, description="images per forward when embedding")

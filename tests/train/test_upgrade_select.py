@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from compat.models.upgrade import upgrade_array
-from compat.train.upgrade import _evaluate, fit_upgrade, heldout_split, heldout_top1
+from compat.train.upgrade import (
+    _evaluate,
+    fit_upgrade,
+    gain_lower_bound,
+    heldout_split,
+    heldout_top1,
+)
 from compat.train.upgrade_config import UpgradeConfig
 
 
@@ -42,6 +48,37 @@ def test_heldout_top1_by_hand():
     # right: 1.0); counting q0 (-> g3, c) and q3 (-> g0, a), both wrong, would give 0.5.
     assert heldout_top1(q, g, ["a", "b", "b", "c"]) == pytest.approx(1.0)
     assert np.isnan(heldout_top1(q[:0], g[:0]))
+
+
+def test_gain_lower_bound_by_hand():
+    with_psi = torch.tensor([1, 1, 0, 0, 1, 1, 1, 0], dtype=torch.bool)
+    without = torch.tensor([0, 1, 0, 1, 0, 0, 1, 0], dtype=torch.bool)
+    # d = 1 0 0 -1 1 1 0 0: mean 0.25; sample variance 3.5 / 7 = 0.5, so sd / sqrt(8) = 0.25;
+    # z(0.95) = 1.644854: 0.25 - 1.644854 x 0.25 = -0.161213.
+    assert gain_lower_bound(with_psi, without, 0.95) == pytest.approx(-0.161213, abs=1e-6)
+    assert gain_lower_bound(with_psi, without, 0.5) == pytest.approx(0.25)  # z = 0: the gain
+    assert gain_lower_bound(with_psi[:1], without[:1], 0.95) == pytest.approx(1.0)
+    assert gain_lower_bound(with_psi, with_psi, 0.95) == 0.0
+    assert np.isnan(gain_lower_bound(with_psi[:0], without[:0], 0.95))
+
+
+def test_the_refusal_compares_the_gains_lower_bound_with_min_gain():
+    rng, old, labels = _clustered(seed=2)
+    q, _ = np.linalg.qr(rng.standard_normal((8, 8)))
+    new = unit(old @ q + 0.1 * rng.standard_normal(old.shape))
+    kept = _fit(old, new, labels)
+    s = kept.summary
+    assert kept.refused is None and s["val_queries"] == 24
+    lower = s["val_top1_gain_lower_bound"]
+    assert 0 < lower < s["val_top1"] - s["val_top1_without_upgrade"]  # below the point gain
+    # At confidence 0.5 the bound is the point gain itself.
+    half = _fit(old, new, labels, confidence=0.5).summary
+    assert half["val_top1_gain_lower_bound"] == pytest.approx(
+        half["val_top1"] - half["val_top1_without_upgrade"], abs=1e-6
+    )
+    # A bound equal to min_gain is not above it: refused; just below it: kept.
+    assert _fit(old, new, labels, min_gain=lower).refused is not None
+    assert _fit(old, new, labels, min_gain=lower - 1e-6).refused is None
 
 
 def test_heldout_split_holds_out_whole_classes_deterministically():
@@ -136,7 +173,7 @@ def test_a_psi_that_does_not_beat_no_upgrade_is_refused_and_is_the_identity():
     assert (
         r.psi == fit.summary["val_top1"] and r.backward == fit.summary["val_top1_without_upgrade"]
     )
-    assert "does not beat" in r.reason and "no upgrade" in r.reason
+    assert "lower bound" in r.reason and "no upgrade" in r.reason
     np.testing.assert_allclose(upgrade_array(fit.psi, old), old, atol=1e-6)
     # New rows equal to the old: nothing beats leaving them alone.
     same = _fit(old, old.copy(), labels)
