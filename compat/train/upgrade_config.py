@@ -4,7 +4,8 @@ is fitted (import-light: pydantic only, no torch).
 Example::
 
     upgrade:
-      v2: {from: v1, hidden: 256, loss: mse, epochs: 50, lr: 1.0e-3, batch_size: 256, seed: 0}
+      v2: {from: v1, hidden: 256, loss: mse, epochs: 50, lr: 1.0e-3, weight_decay: 0.1,
+         batch_size: 256, val_fraction: 0.2, patience: 10, seed: 0}
 
 ``from`` defaults to the version's parent (its model card). ``hidden`` defaults to 256 (twice the
 default 128-d embedding, as BiCT's 4096 is twice its 2048-d features): on a CPU psi must stay
@@ -41,9 +42,10 @@ class UpgradeConfig(BaseModel):
     )
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(
-        0.0,
+        0.1,
         ge=0,
-        description="AdamW (decoupled) weight decay: with residual, shrinkage toward the identity",
+        description="AdamW (decoupled) weight decay: with residual, shrinkage toward the identity "
+        "(docs/findings.md, 'Backfill and psi')",
     )
     batch_size: int = Field(256, ge=2)
     seed: int = 0
@@ -53,7 +55,7 @@ class UpgradeConfig(BaseModel):
         "start (only where the two versions' dims agree; otherwise the plain MLP)",
     )
     val_fraction: float = Field(
-        0.1,
+        0.2,
         ge=0,
         lt=1,
         description="held out to pick the epoch and check psi: this share of the classes "

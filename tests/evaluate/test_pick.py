@@ -84,3 +84,19 @@ def test_main_prints_the_pick_and_exits_by_the_documented_codes(tmp_path, capsys
         == "error: pick: no candidate has a lower bound for every check"
     )
     assert main([str(tmp_path / "sweep.csv"), *args, "--check", "top1"]) == 4
+
+
+def test_the_evaluate_stage_reads_the_manifest_it_is_given(in_tmp, capsys):
+    """The sweep's validate stage is the evaluate stage on splits/validation.json."""
+    import importlib.util
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("evaluate_stage", repo / "stages" / "evaluate.py")
+    stage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage)
+    (in_tmp / "params.yaml").write_text("evaluate:\n  chain: [v1, v2]\n")
+    (in_tmp / "splits").mkdir()
+    (in_tmp / "splits" / "eval.json").write_text("{}")  # present, but not the one asked for
+    assert stage.main(["--manifest", "splits/validation.json"]) == 3
+    assert "splits/validation.json: manifest not found" in capsys.readouterr().err
