@@ -9,7 +9,7 @@ stderr as it happens: a line per embedded version and per matrix cell. A paragon
 another split than its version's is refused (exit 4) before anything is embedded; a version of
 another width meets an older gallery as its card's ``dim_mismatch`` says.
 Usage: ``python stages/evaluate.py [--params FILE --section KEY] [--metrics DIR] [--plots DIR]
-[--cache DIR]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
+[--cache DIR] [--manifest FILE]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
 ``metrics/``, ``plots/``, ``cache/embeddings/``); a pipeline that evaluates several chains (e.g.
 ``experiments/sequence``) points each run at its own section and folders.
 """
@@ -44,11 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", default="metrics")
     parser.add_argument("--plots", default="plots")
     parser.add_argument("--cache", default="cache/embeddings")
+    parser.add_argument(
+        "--manifest",
+        default="splits/eval.json",
+        help="the held-out set to evaluate on (splits/validation.json: choices, compat.evaluate.pick)",
+    )
     # In-process callers (tests) pass nothing: the defaults, never pytest's own argv.
     args = parser.parse_args([] if argv is None else argv)
     try:
         config = load_config(args.params, args.section)
-        manifest = load_eval_manifest("splits/eval.json")
+        manifest = load_eval_manifest(args.manifest)
         source = open_source("data/source.json")
 
         def load_model(version: str):

@@ -1,7 +1,8 @@
 """DVC stage ``split``: training manifests per version and the evaluation set, validated.
 
 Writes ``splits/<name>.json`` for every training set the scenarios in params.yaml ``split`` name,
-and ``splits/eval.json``. Data expectations (Great Expectations) run before anything is written;
+``splits/eval.json``, and with ``split.validation`` ``splits/validation.json`` (classes disjoint
+from both, for choices made before the evaluation set is looked at). Data expectations (Great Expectations) run before anything is written;
 a violation fails the stage with the list of failed expectations.
 Usage: ``python stages/split.py [--params params.yaml]``.
 """
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from compat.data.expectations import validate_split
         from compat.data.sources import open_source
-        from compat.data.split import SplitParams, build_split, write_split
+        from compat.data.split import SplitParams, build_split, build_validation, write_split
 
         # No split section: the defaults. An unknown section is an error, so a typo such as
         # `spilt:` cannot silently fall back to them.
@@ -35,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         source = open_source("data/source.json")
         manifests, eval_manifest = build_split(source, config)
         validate_split(source, config, manifests, eval_manifest)
+        validation = build_validation(source, config)
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
     out = Path("splits")
     shutil.rmtree(out, ignore_errors=True)  # a renamed training set must not leave a stale file
-    write_split(out, manifests, eval_manifest)
+    write_split(out, manifests, eval_manifest, validation)
     for name, m in manifests.items():
         print(f"split: {name} ({m.scenario}): {len(m.items)} items, {len(m.classes)} classes")
     ev = eval_manifest
@@ -48,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         f"split: eval: {len(ev.items)} items in {len(set(ev.labels))} classes, {len(ev.query)} queries "
         f"({len(ev.nonmated_classes)} non-mated classes), {len(ev.gallery)} gallery, {len(ev.pairs)} pairs"
     )
+    if validation is not None:
+        va = validation
+        print(
+            f"split: validation: {len(va.items)} items in {len(set(va.labels))} classes (disjoint "
+            f"from training and eval), {len(va.query)} queries, {len(va.gallery)} gallery"
+        )
     return 0
 
 

@@ -6,6 +6,11 @@ version's parent), ``data/source.json`` and ``splits/<split>.json`` (the split t
 trained on, from its card); writes ``models/<version>/upgrade/{weights.safetensors,card.json,
 metrics.json}``.
 
+psi never makes the gallery worse than leaving it alone (:mod:`compat.train.upgrade`): when its
+held-out retrieval does not beat the old gallery as it is, the stage says so, writes the
+identity psi with a card whose ``refused`` names the numbers, and exits 0 (the pipeline goes on;
+evaluate's forward section then equals backward, and ``compat backfill`` reports no upgrade).
+
 Usage: ``python stages/upgrade.py v2 [--no-progress] [--params params.yaml]``.
 """
 
@@ -66,22 +71,41 @@ def main(argv: list[str] | None = None) -> int:
             models_dir=args.models,
             plan=plan,
             progress=False if args.no_progress else None,
+            labels=manifest.labels,
         )
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
+    print(_summary(card))
+    return 0
+
+
+def _summary(card) -> str:
+    """One line for people: what was fitted, how it did on the held-out pairs, or why refused."""
     m = card.metrics or {}
-    without = m.get("val_cosine_without_upgrade")
-    base = f" (without psi {without:.3f})" if isinstance(without, float) else ""
-    val = m.get("val_cosine")
-    val_text = f"{val:.3f}" if isinstance(val, float) else "n/a"
-    print(
+
+    def num(key: str) -> str:
+        v = m.get(key)
+        return f"{v:.3f}" if isinstance(v, float) else "n/a"
+
+    without = ""
+    if isinstance(m.get("val_top1_without_upgrade"), float):
+        without = f" (without psi {num('val_top1_without_upgrade')})"
+    head = (
         f"upgrade: psi {card.from_} -> {card.to} ({card.in_dim} -> {card.hidden} x "
-        f"{card.blocks} -> {card.out_dim}, {card.loss}) on {card.num_pairs} pairs "
-        f"in {card.training_seconds:.0f} s; held-out cosine {val_text}{base}; "
+        f"{card.blocks} -> {card.out_dim}, {card.loss}{', residual' if card.residual else ''}) "
+        f"on {card.num_pairs} pairs in {card.training_seconds:.0f} s"
+    )
+    if card.refused is not None:
+        return (
+            f"{head}: REFUSED: {card.refused.reason}; wrote the identity, so evaluate and "
+            f"compat backfill see no upgrade"
+        )
+    return (
+        f"{head}; best held-out epoch {m.get('best_epoch')} of {m.get('epochs_run')}: top-1 "
+        f"{num('val_top1')}{without}, cosine {num('val_cosine')}; "
         f"weights {card.weights_sha256[:12]}"
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -231,8 +231,10 @@ def _frames_and_checks(
         return [i in source and source.path_of(i).is_file() for i in ids]
 
     source_items = Counter(item.label for item in source.items)
-    # The pool build_split draws from: every non-evaluation class, up to train_classes.
-    pool_classes = len(source_items) - params.eval.classes
+    # The pool build_split draws from: every non-evaluation, non-validation class, up to
+    # train_classes.
+    held = params.eval.classes + (params.validation.classes if params.validation else 0)
+    pool_classes = len(source_items) - held
     if params.train_classes is not None:
         pool_classes = min(pool_classes, params.train_classes)
     split = _Split({}, manifests, pool_classes, source_items, E)

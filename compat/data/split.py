@@ -6,6 +6,12 @@ gallery class has an item; every mated query has a positive in the gallery); a f
 evaluation classes put all their items in the query set: their queries are the non-mated probes of
 the open-set protocol. Verification pairs are balanced (half same class, half different).
 
+An optional validation set (``validation:``, built like the evaluation set and written as
+``splits/validation.json``) holds classes disjoint from both the evaluation set and every training
+set: choices such as a method's weight are made on it, so the evaluation set is looked at once
+(:mod:`compat.evaluate.pick`). The evaluation classes do not change when it is added; the
+training pool gives up the validation classes.
+
 Manifests are JSON with sorted keys and carry fingerprints, so the same seed gives the same bytes.
 """
 
@@ -24,6 +30,8 @@ from compat.data.scenarios import Chain, Scenario
 from compat.data.sources import Source
 from compat.errors import BadInputError, NotFoundError
 from compat.io import fingerprint, write_json
+
+VALIDATION = "validation"  # splits/validation.json
 
 
 class EvalSplit(BaseModel):
@@ -49,6 +57,11 @@ class SplitParams(BaseModel):
         None, ge=1, description="cap on the training pool; default: every non-evaluation class"
     )
     eval: EvalSplit = EvalSplit()
+    validation: EvalSplit | None = Field(
+        None,
+        description="classes held out for choices (a method's weight), disjoint from training "
+        "and evaluation; written as splits/validation.json",
+    )
     scenarios: list[Scenario] = Field(default_factory=lambda: [Chain(kind="chain")])
 
     @model_validator(mode="after")
@@ -57,8 +70,9 @@ class SplitParams(BaseModel):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"training set names used twice across scenarios: {dup}")
-        if "eval" in names:
-            raise ValueError("'eval' is reserved for the evaluation set")
+        for reserved in ("eval", VALIDATION):
+            if reserved in names:
+                raise ValueError(f"{reserved!r} is reserved for a held-out set")
         return self
 
 
@@ -173,21 +187,47 @@ def _pairs(labels: list[str], count: int, rng: np.random.Generator) -> list[tupl
     return sorted(out)
 
 
-def build_split(
-    source: Source, params: SplitParams
-) -> tuple[dict[str, TrainManifest], EvalManifest]:
-    """Every training manifest and the evaluation manifest, deterministic for ``params.seed``."""
-    by_class = _class_items(source)
+def _class_order(
+    by_class: dict[str, list[str]], params: SplitParams
+) -> tuple[list[str], list[str], list[str]]:
+    """(evaluation, validation, training pool) classes: one seeded order, cut in that order."""
     rng = np.random.default_rng([params.seed, 0x5E])
     names = sorted(by_class)
     order = [names[i] for i in rng.permutation(len(names))]
     n_eval = params.eval.classes
-    if len(order) < n_eval + 2:
+    n_val = params.validation.classes if params.validation is not None else 0
+    if len(order) < n_eval + n_val + 2:
+        field = "split.validation.classes" if n_val else "split.eval.classes"
+        held = f"{n_eval} evaluation and {n_val} validation" if n_val else f"{n_eval} evaluation"
         raise BadInputError(
-            f"split.eval.classes: {n_eval} evaluation classes leave fewer than 2 training classes "
+            f"{field}: {held} classes leave fewer than 2 training classes "
             f"(the source has {len(order)})"
         )
-    eval_cls, pool_cls = order[:n_eval], order[n_eval:]
+    return order[:n_eval], order[n_eval : n_eval + n_val], order[n_eval + n_val :]
+
+
+def build_validation(source: Source, params: SplitParams) -> EvalManifest | None:
+    """The validation manifest (None without ``params.validation``): classes disjoint from the
+    evaluation set and from every training set, split into query, gallery and pairs like it."""
+    if params.validation is None:
+        return None
+    _, val_cls, _ = _class_order(_class_items(source), params)
+    return _eval_set(
+        _class_items(source),
+        val_cls,
+        params.validation,
+        np.random.default_rng([params.seed, 0x7A1]),
+        source.fingerprint,
+    )
+
+
+def build_split(
+    source: Source, params: SplitParams
+) -> tuple[dict[str, TrainManifest], EvalManifest]:
+    """Every training manifest and the evaluation manifest, deterministic for ``params.seed``
+    (the validation manifest: :func:`build_validation`)."""
+    by_class = _class_items(source)
+    eval_cls, _, pool_cls = _class_order(by_class, params)
     if params.train_classes is not None:
         pool_cls = pool_cls[: params.train_classes]
     eval_manifest = _eval_set(
@@ -229,11 +269,14 @@ def write_split(
     out_dir: str | os.PathLike[str],
     manifests: dict[str, TrainManifest],
     eval_manifest: EvalManifest,
+    validation: EvalManifest | None = None,
 ) -> None:
     out = Path(out_dir)
     for name, m in manifests.items():
         write_json(out / f"{name}.json", m.model_dump(), indent=None)
     write_json(out / "eval.json", eval_manifest.model_dump(), indent=None)
+    if validation is not None:
+        write_json(out / f"{VALIDATION}.json", validation.model_dump(), indent=None)
 
 
 def _load(cls: type[BaseModel], path: str | os.PathLike[str]) -> BaseModel:

@@ -164,20 +164,39 @@ class ModelCard(_Card):
         return self.model_copy(update={"version": version})
 
 
+class UpgradeRefusal(BaseModel):
+    """Why the upgrade stage refused the psi it fitted: on held-out pairs, the new version's
+    queries retrieved worse from psi(old gallery) than from the old gallery left alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str
+    metric: str  # the held-out retrieval metric compared, e.g. "top1"
+    psi: float  # its value with the gallery upgraded by the fitted psi
+    backward: float  # its value with the old gallery as it is (no upgrade)
+
+
 class UpgradeCard(_Card):
     """``models/<version>/upgrade/card.json``: psi's shape, the two versions it connects, the
-    weights both were at when it was fitted, its data and its own digest."""
+    weights both were at when it was fitted, its data and its own digest.
+
+    ``refused`` set: the fitted psi made held-out retrieval worse than no upgrade, so the
+    weights beside the card are the identity (a residual psi whose branch is zero): applying
+    them leaves rows as they are. Readers that can skip the work say "no upgrade" instead
+    (:attr:`is_refused`)."""
 
     what: ClassVar[str] = "upgrade module card"
 
     kind: Literal["upgrade"]
     from_: str = Field(alias="from")
     to: str
-    in_dim: int
-    out_dim: int
-    hidden: int
-    blocks: int
+    in_dim: int = Field(ge=1)
+    out_dim: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    blocks: int = Field(ge=1)
     weights_sha256: str
+    residual: bool | None = None  # psi(x) = x + MLP(x); absent (older cards): the plain MLP
+    refused: UpgradeRefusal | None = None
     card_schema: int | None = Field(None, alias="schema")
     from_weights_sha256: str | None = None
     to_weights_sha256: str | None = None
@@ -205,9 +224,17 @@ class UpgradeCard(_Card):
             raise BadInputError(f"{where}: kind: not an upgrade module card")
         return super().from_json(data, where)
 
+    @property
+    def is_refused(self) -> bool:
+        """True when the upgrade stage refused its fit and saved the identity instead."""
+        return self.refused is not None
+
     def provenance(self, folder: str | Path) -> dict[str, Any]:
         """What evaluate and promote reports record about the psi they used."""
-        return {"path": str(folder), "weights_sha256": self.weights_sha256, "from": self.from_}
+        out = {"path": str(folder), "weights_sha256": self.weights_sha256, "from": self.from_}
+        if self.refused is not None:
+            out["refused"] = self.refused.reason
+        return out
 
 
 class EmbeddingsCard(_Card):
@@ -336,6 +363,7 @@ __all__ = [
     "EmbeddingsCard",
     "ModelCard",
     "UpgradeCard",
+    "UpgradeRefusal",
     "check_paragon",
     "check_upgrade",
     "dim_mismatch",

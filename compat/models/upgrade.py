@@ -11,6 +11,14 @@ item against the pipeline's small CNN at 32 px on 2 shared cores (two runs): 256
 faster, 512 55-102x, 1024 23-35x, 4096 2-4x (nearly as slow as the backbone it replaces). Set
 ``hidden`` per version.
 
+**Identity at the start** (``residual``, when ``in_dim == out_dim``): psi(x) = x + f(x) with f the
+MLP above and f's output Linear initialised at zero, so an unfitted psi is exactly the identity
+and fitting moves it away from "leave the gallery alone" only as far as the pairs justify (the
+ReZero / Fixup idea: a residual branch that starts at zero; Bachlechner et al. 2020, Zhang et al.
+2019). Weight decay on f is then shrinkage toward the identity, and a psi the upgrade stage
+refuses is saved as this identity (:mod:`compat.train.upgrade`). Cards without ``residual``
+(written before it existed) load the plain MLP.
+
 Inputs and outputs are L2-normalised, as galleries store them: :meth:`UpgradeModule.upgrade`
 normalises its input, applies psi and normalises the result. :func:`upgrade_array` is the fast
 inference path (BatchNorm folded into the preceding Linear, in-place ReLU, large batches) and is
@@ -50,15 +58,24 @@ DEFAULT_BATCH = 8192
 
 
 class UpgradeModule(nn.Module):
-    """psi: ``blocks`` x [Linear-BatchNorm1d-ReLU] + Linear, ``in_dim`` -> ``out_dim``."""
+    """psi: ``blocks`` x [Linear-BatchNorm1d-ReLU] + Linear, ``in_dim`` -> ``out_dim``; with
+    ``residual`` (equal dims only) psi(x) = x + that MLP, whose output Linear starts at zero."""
 
     def __init__(
-        self, in_dim: int, out_dim: int, hidden: int = DEFAULT_HIDDEN, blocks: int = 3
+        self,
+        in_dim: int,
+        out_dim: int,
+        hidden: int = DEFAULT_HIDDEN,
+        blocks: int = 3,
+        residual: bool = False,
     ) -> None:
         super().__init__()
         if min(in_dim, out_dim, hidden, blocks) < 1:
             raise ValueError("in_dim, out_dim, hidden and blocks must be >= 1")
+        if residual and in_dim != out_dim:
+            raise ValueError(f"a residual psi needs in_dim == out_dim, got {in_dim} -> {out_dim}")
         self.in_dim, self.out_dim, self.hidden, self.blocks = in_dim, out_dim, hidden, blocks
+        self.residual = residual
         layers: list[nn.Module] = []
         width = in_dim
         for _ in range(blocks):
@@ -66,10 +83,13 @@ class UpgradeModule(nn.Module):
             width = hidden
         layers.append(nn.Linear(width, out_dim))
         self.net = nn.Sequential(*layers)
+        if residual:  # the residual branch starts at zero: psi is the identity until fitted
+            nn.init.zeros_(layers[-1].weight)
+            nn.init.zeros_(layers[-1].bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(n, in_dim) -> (n, out_dim) raw outputs (what the training loss sees)."""
-        return self.net(x)
+        return x + self.net(x) if self.residual else self.net(x)
 
     def upgrade(self, x: torch.Tensor) -> torch.Tensor:
         """Stored (L2-normalised) old embeddings -> L2-normalised embeddings in the new space."""
@@ -107,16 +127,20 @@ class FoldedUpgrade:
     def __init__(self, psi: UpgradeModule, device: str | torch.device = "cpu") -> None:
         self.layers = [(w.to(device), b.to(device)) for w, b in psi.folded()]
         self.in_dim, self.out_dim = psi.in_dim, psi.out_dim
+        self.residual = psi.residual
         self.device = torch.device(device)
 
     @torch.inference_mode()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.normalize(x.to(self.device, torch.float32), dim=1)
+        x0 = F.normalize(x.to(self.device, torch.float32), dim=1)
+        h = x0
         last = len(self.layers) - 1
         for i, (w, b) in enumerate(self.layers):
             h = torch.addmm(b, h, w.T)
             if i < last:
                 h.clamp_(min=0.0)  # ReLU, in place
+        if self.residual:
+            h.add_(x0)
         return F.normalize(h, dim=1)
 
 
@@ -170,6 +194,7 @@ def save_upgrade(out_dir: str | Path, psi: UpgradeModule, fields: dict[str, Any]
             "out_dim": psi.out_dim,
             "hidden": psi.hidden,
             "blocks": psi.blocks,
+            "residual": psi.residual,
             "weights_sha256": sha256_bytes(blob),
         }
     )
@@ -187,7 +212,12 @@ def load_upgrade(path: str | Path) -> tuple[UpgradeModule, UpgradeCard]:
     card = read_upgrade_card(folder)
     weights = folder / WEIGHTS
     blob = read_verified(weights, card.weights_sha256, "upgrade module weights")
-    psi = UpgradeModule(card.in_dim, card.out_dim, card.hidden, card.blocks)
+    try:
+        psi = UpgradeModule(
+            card.in_dim, card.out_dim, card.hidden, card.blocks, residual=bool(card.residual)
+        )
+    except ValueError as err:  # e.g. residual with two widths: the card contradicts itself
+        raise BadInputError(f"{folder / 'card.json'}: residual: {err}") from None
     try:
         psi.load_state_dict(load(blob), strict=True)
     except Exception as err:

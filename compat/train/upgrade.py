@@ -10,18 +10,29 @@ images the new model learned from, which the team still holds when it trains the
 - ``mse``:    L = mean_i ||psi(o_i) - n_i||^2            (BiCT's regression form)
 - ``cosine``: L = mean_i (1 - cos(psi(o_i), n_i))
 
-A seeded ``val_fraction`` of the pairs is held out; the card reports their mean cosine after
-the upgrade next to the cosine without it (old rows used as they are, when dims agree).
+psi never makes a gallery worse than leaving it alone (issue: a psi fitted on 2,000 pairs made
+the stored gallery worse than no upgrade): where dims agree it starts as the identity (a
+residual psi, :class:`~compat.models.upgrade.UpgradeModule`), AdamW's weight decay shrinks it
+back toward the identity, a seeded ``val_fraction`` of the pairs (whole classes when labels are
+known) is held out, every epoch (and the start) is scored there by retrieval (the new version's
+held-out embeddings as queries against psi(old) as the gallery, top-1), the best epoch is kept and
+fitting stops ``patience`` epochs after it; and a psi whose held-out top-1 gain over the old
+gallery left alone is not above ``min_gain`` with ``confidence`` (a one-sided lower bound over
+the held-out queries) is *refused*: the identity is saved instead and the card's ``refused``
+says why, so evaluate, promote and ``compat backfill`` see "no upgrade".
 Runs are deterministic on the CPU for a given seed (deterministic algorithms, seeded init,
 seeded shuffling).
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -29,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from compat.errors import BadInputError, NotFoundError
-from compat.models.card import ModelCard, UpgradeCard, read_model_card
+from compat.models.card import ModelCard, UpgradeCard, UpgradeRefusal, read_model_card
 from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_folder
 from compat.train.device import determinism, resolve_device
 from compat.train.upgrade_config import UpgradeConfig
@@ -60,10 +71,11 @@ class UpgradePlan:
 
 @dataclass
 class UpgradeFit:
-    psi: UpgradeModule
+    psi: UpgradeModule  # the identity when ``refused``
     rows: list[dict[str, Any]]
     summary: dict[str, Any]
     seconds: float
+    refused: UpgradeRefusal | None = None
 
 
 def plan_upgrade(version: str, cfg: UpgradeConfig, models_dir: str | Path) -> UpgradePlan:
@@ -122,6 +134,83 @@ def _mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(F.cosine_similarity(a, b, dim=1).mean()) if len(a) else float("nan")
 
 
+@torch.inference_mode()
+def heldout_hits(
+    queries: torch.Tensor, gallery: torch.Tensor, labels: Sequence[Any] | None = None
+) -> torch.Tensor:
+    """Per scored query, whether its top-1 retrieval is right (bool); see :func:`heldout_top1`."""
+    n = len(queries)
+    if n == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    sims = queries.float() @ gallery.float().T
+    if labels is not None:
+        codes = torch.as_tensor(_codes(labels), device=sims.device)
+        same = codes[:, None] == codes[None, :]
+        has_mate = (same.sum(dim=1) - 1) > 0
+        if bool(has_mate.any()):
+            sims.fill_diagonal_(float("-inf"))
+            best = sims.argmax(dim=1)
+            return (codes[best] == codes)[has_mate].cpu()
+    best = sims.argmax(dim=1)
+    return (best == torch.arange(n, device=sims.device)).cpu()
+
+
+def heldout_top1(
+    queries: torch.Tensor, gallery: torch.Tensor, labels: Sequence[Any] | None = None
+) -> float:
+    """Top-1 retrieval of row-paired ``queries`` (new embeddings) against ``gallery`` (old
+    embeddings, upgraded or not), both L2-normalised (n, d).
+
+    With ``labels``: query i searches every gallery row but its own pair i (the query image is
+    not in the gallery, as at evaluation) and is right when the nearest row has its label;
+    queries whose label has no other row are left out. Without labels (or when no query has a
+    mate): query i is right when its nearest gallery row is its own pair i. Ties go to the lower
+    row index. NaN when there is nothing to score."""
+    hits = heldout_hits(queries, gallery, labels)
+    return float(hits.float().mean()) if len(hits) else float("nan")
+
+
+def gain_lower_bound(with_psi: torch.Tensor, without: torch.Tensor, confidence: float) -> float:
+    """One-sided lower confidence bound of the paired top-1 gain mean(d), d_i = hit_i(psi) -
+    hit_i(no upgrade) on the same queries: mean(d) - z * sd(d) / sqrt(n) (normal approximation,
+    z the ``confidence`` quantile). With fewer than two queries, mean(d)."""
+    d = with_psi.double() - without.double()
+    n = len(d)
+    if n == 0:
+        return float("nan")
+    mean = float(d.mean())
+    if n < 2:
+        return mean
+    z = NormalDist().inv_cdf(confidence)
+    return mean - z * float(d.std(unbiased=True)) / math.sqrt(n)
+
+
+def _codes(labels: Sequence[Any]) -> list[int]:
+    index: dict[Any, int] = {}
+    return [index.setdefault(x, len(index)) for x in labels]
+
+
+def heldout_split(
+    n: int, labels: Sequence[Any] | None, fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """(fit rows, held-out rows, "classes" | "rows"), deterministic for ``seed``.
+
+    With ``labels`` and room for at least two held-out classes, whole classes are held out
+    (round(fraction x classes) of them): psi is then checked on classes it never fitted, as the
+    evaluation's gallery classes are. Otherwise round(fraction x n) rows are held out."""
+    if fraction > 0 and labels is not None:
+        codes = np.asarray(_codes(labels))
+        n_cls = int(codes.max()) + 1 if n else 0
+        k = round(fraction * n_cls)
+        if 2 <= k < n_cls:
+            held = np.random.default_rng([seed, 0xC1A5]).permutation(n_cls)[:k]
+            mask = np.isin(codes, held)
+            return np.flatnonzero(~mask), np.flatnonzero(mask), "classes"
+    order = np.random.default_rng([seed, 0xB1C7]).permutation(n)
+    n_val = round(fraction * n) if n > 2 else 0
+    return np.sort(order[n_val:]), np.sort(order[:n_val]), "rows"
+
+
 def fit_upgrade(
     old: np.ndarray,
     new: np.ndarray,
@@ -130,8 +219,18 @@ def fit_upgrade(
     seed: int | None = None,
     progress: bool | None = None,
     quiet: bool = False,
+    labels: Sequence[Any] | None = None,
 ) -> UpgradeFit:
-    """Fit psi: (n, d_old) ``old`` -> (n, d_new) ``new`` (rows paired, L2-normalised)."""
+    """Fit psi: (n, d_old) ``old`` -> (n, d_new) ``new`` (rows paired, L2-normalised).
+
+    ``labels`` (one per row) let the held-out pairs be whole classes and their retrieval be
+    class retrieval (:func:`heldout_split`, :func:`heldout_top1`). Every epoch is scored on the
+    held-out pairs, and so is the start (epoch 0: the identity when psi is residual); the best
+    epoch's weights are kept (``cfg.monitor``) and fitting stops after ``cfg.patience`` epochs
+    without a better one. With equal dims and ``cfg.refuse``, a psi whose held-out top-1 gain over
+    the old gallery left alone is not above ``cfg.min_gain`` with ``cfg.confidence``
+    (:func:`gain_lower_bound`) is refused: the fit returns the identity psi and ``refused`` says
+    why."""
     from compat.train.progress import Reporter
 
     o = torch.as_tensor(np.ascontiguousarray(old, dtype=np.float32))
@@ -141,6 +240,8 @@ def fit_upgrade(
             f"upgrade: pairs: expected two (n, d) arrays of equal n, got {tuple(o.shape)} "
             f"and {tuple(t.shape)}"
         )
+    if labels is not None and len(labels) != len(o):
+        raise BadInputError(f"upgrade: labels: {len(labels)} labels for {len(o)} pairs")
     if not (torch.isfinite(o).all() and torch.isfinite(t).all()):
         raise BadInputError("upgrade: pairs: NaN or inf in the embeddings")
     seed = cfg.seed if seed is None else seed
@@ -148,23 +249,41 @@ def fit_upgrade(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
-    order = np.random.default_rng([seed, 0xB1C7]).permutation(len(o))
-    n_val = round(cfg.val_fraction * len(o)) if len(o) > 2 else 0
-    val_idx, fit_idx = torch.as_tensor(order[:n_val]), torch.as_tensor(order[n_val:])
-    if len(fit_idx) < 2:
-        raise BadInputError(f"upgrade: pairs: {len(fit_idx)} training pair(s); psi needs >= 2")
+    fit_rows, val_rows, split_kind = heldout_split(len(o), labels, cfg.val_fraction, seed)
+    if len(fit_rows) < 2:
+        raise BadInputError(f"upgrade: pairs: {len(fit_rows)} training pair(s); psi needs >= 2")
+    fit_idx, val_idx = torch.as_tensor(fit_rows), torch.as_tensor(val_rows)
+    val_labels = (
+        [labels[i] for i in val_rows] if labels is not None and split_kind == "classes" else None
+    )
+    n_val = len(val_rows)
     o_fit, t_fit = o[fit_idx].to(device), t[fit_idx].to(device)
     o_val, t_val = o[val_idx].to(device), t[val_idx].to(device)
+    same_dim = o.shape[1] == t.shape[1]
+    residual = cfg.residual and same_dim
 
     torch.manual_seed(seed)
-    psi = UpgradeModule(o.shape[1], t.shape[1], cfg.hidden, cfg.blocks).to(device)
-    opt = torch.optim.Adam(psi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    psi = UpgradeModule(o.shape[1], t.shape[1], cfg.hidden, cfg.blocks, residual).to(device)
+    opt = torch.optim.AdamW(psi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(seed)
     n = len(o_fit)
     bs = min(cfg.batch_size, n)
     # A last batch of one row cannot train BatchNorm; every other remainder is used.
     steps = n // bs + (1 if n % bs >= 2 else 0)
     rows: list[dict[str, Any]] = []
+    backward = heldout_top1(t_val, o_val, val_labels) if same_dim and n_val else None
+
+    def score(row: dict[str, Any]) -> tuple[float, float]:
+        """Higher is better: (top1, -loss) or (-loss, top1) by ``cfg.monitor``; NaN last."""
+        top1 = row.get("val_top1")
+        loss = row.get("val_loss")
+        a = -math.inf if top1 is None or math.isnan(top1) else top1
+        b = -math.inf if loss is None or math.isnan(loss) else -loss
+        return (a, b) if cfg.monitor == "top1" else (b, a)
+
+    start = {"epoch": 0, **_evaluate(psi, o_val, t_val, cfg.loss, val_labels)}
+    best_row, best_state = start, _state(psi)
+    since_best = 0
     started = time.perf_counter()
     with determinism(True, device), Reporter(cfg.epochs, progress, quiet) as rep:
         for epoch in range(cfg.epochs):
@@ -189,34 +308,85 @@ def fit_upgrade(
                 "seconds": secs,
                 "images_per_s": seen / secs if secs > 0 else 0.0,
             }
-            row.update(_evaluate(psi, o_val, t_val, cfg.loss))
+            row.update(_evaluate(psi, o_val, t_val, cfg.loss, val_labels))
             rows.append(row)
             rep.end_epoch(row)
+            if not n_val:  # nothing held out: the last epoch is the fit
+                best_row, best_state = row, None
+                continue
+            if score(row) > score(best_row):
+                best_row, best_state, since_best = row, _state(psi), 0
+            else:
+                since_best += 1
+                if cfg.patience is not None and since_best >= cfg.patience:
+                    break
+    if best_state is not None:
+        psi.load_state_dict(best_state)
     psi.eval()
     seconds = time.perf_counter() - started
-    summary = {
-        "train_loss": rows[-1]["loss"],
-        **{k: v for k, v in rows[-1].items() if k.startswith("val_")},
+    summary: dict[str, Any] = {
+        "train_loss": rows[best_row["epoch"] - 1]["loss"] if best_row["epoch"] else None,
+        **{k: v for k, v in best_row.items() if k.startswith("val_")},
+        "best_epoch": best_row["epoch"],
+        "epochs_run": len(rows),
+        "monitor": cfg.monitor,
+        "val_split": split_kind,
         "num_fit": int(n),
         "num_val": int(n_val),
         "seconds": round(seconds, 3),
     }
-    if o.shape[1] == t.shape[1]:
+    refused = None
+    if same_dim:
         summary["val_cosine_without_upgrade"] = _mean_cosine(o_val, t_val) if n_val else None
-    return UpgradeFit(psi.cpu(), rows, summary, seconds)
+        summary["val_top1_without_upgrade"] = backward
+        top1 = best_row.get("val_top1")
+        lower = math.nan
+        if backward is not None and top1 is not None:
+            with torch.inference_mode():
+                psi_hits = heldout_hits(t_val, F.normalize(psi(o_val), dim=1), val_labels)
+            lower = gain_lower_bound(
+                psi_hits, heldout_hits(t_val, o_val, val_labels), cfg.confidence
+            )
+            summary["val_top1_gain_lower_bound"] = lower
+            summary["val_queries"] = len(psi_hits)
+        if cfg.refuse and backward is not None and top1 is not None and lower <= cfg.min_gain:
+            refused = UpgradeRefusal(
+                reason=(
+                    f"held-out top-1 {top1:.4f} with psi against {backward:.4f} without it: the "
+                    f"gain's {cfg.confidence:g} lower bound {lower:+.4f} is not above "
+                    f"{cfg.min_gain:g} ({len(psi_hits)} queries of held-out {split_kind}); "
+                    "psi is the identity (no upgrade)"
+                ),
+                metric="top1",
+                psi=top1,
+                backward=backward,
+            )
+            torch.manual_seed(seed)  # the same bytes on every run
+            psi = UpgradeModule(o.shape[1], t.shape[1], cfg.hidden, cfg.blocks, True).eval()
+    return UpgradeFit(psi.cpu(), rows, summary, seconds, refused)
+
+
+def _state(psi: UpgradeModule) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in psi.state_dict().items()}
 
 
 @torch.inference_mode()
 def _evaluate(
-    psi: UpgradeModule, o_val: torch.Tensor, t_val: torch.Tensor, kind: str
+    psi: UpgradeModule,
+    o_val: torch.Tensor,
+    t_val: torch.Tensor,
+    kind: str,
+    labels: Sequence[Any] | None,
 ) -> dict[str, float | None]:
     if len(o_val) == 0:
-        return {"val_loss": None, "val_cosine": None}
+        return {"val_loss": None, "val_cosine": None, "val_top1": None}
     psi.eval()
     out = psi(o_val)
+    up = F.normalize(out, dim=1)
     return {
         "val_loss": float(upgrade_loss(out, t_val, kind)),
-        "val_cosine": _mean_cosine(F.normalize(out, dim=1), t_val),
+        "val_cosine": _mean_cosine(up, t_val),
+        "val_top1": heldout_top1(t_val, up, labels),
     }
 
 
@@ -231,10 +401,13 @@ def train_upgrade(
     plan: UpgradePlan | None = None,
     progress: bool | None = None,
     quiet: bool = False,
+    labels: Sequence[Any] | None = None,
 ) -> UpgradeCard:
     """Fit psi from ``plan.source`` into ``version`` on uint8 (n, H, W, C) ``images`` (the new
     version's training images); write ``<out_dir>/{weights.safetensors,card.json,metrics.json}``
-    (default ``models/<version>/upgrade/``) and return the card."""
+    (default ``models/<version>/upgrade/``) and return the card. ``labels`` (the images'
+    classes) make the held-out pairs whole classes (:func:`fit_upgrade`); a refused fit writes
+    the identity psi and a card whose ``refused`` says why."""
     from compat.data.transforms import TRANSFORM_ID
     from compat.io import fingerprint, write_json
     from compat.models.version import load_version, package_versions
@@ -260,7 +433,11 @@ def train_upgrade(
     )
     del parent_model, new_model
     seed = derive_seed(cfg.seed, f"{version}/upgrade")
-    fit = fit_upgrade(old_emb, new_emb, cfg, seed=seed, progress=progress, quiet=quiet)
+    if labels is not None and len(labels) != len(arr):
+        raise BadInputError(f"upgrade: labels: {len(labels)} labels for {len(arr)} images")
+    fit = fit_upgrade(
+        old_emb, new_emb, cfg, seed=seed, progress=progress, quiet=quiet, labels=labels
+    )
 
     out = Path(out_dir) if out_dir is not None else upgrade_folder(models_dir, version)
     # Every field but psi's shape, kind, schema and digest, which save_upgrade adds.
@@ -292,6 +469,7 @@ def train_upgrade(
         "training_seconds": round(fit.seconds, 3),
         "device": str(device),
         "packages": package_versions(),
+        **({"refused": fit.refused.model_dump()} if fit.refused is not None else {}),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(out / METRICS, {"epochs": fit.rows, "summary": fit.summary})
@@ -304,6 +482,10 @@ __all__ = [
     "UpgradePlan",
     "embedding_pairs",
     "fit_upgrade",
+    "gain_lower_bound",
+    "heldout_hits",
+    "heldout_split",
+    "heldout_top1",
     "plan_upgrade",
     "train_upgrade",
     "upgrade_loss",

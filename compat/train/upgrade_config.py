@@ -4,7 +4,8 @@ is fitted (import-light: pydantic only, no torch).
 Example::
 
     upgrade:
-      v2: {from: v1, hidden: 256, loss: mse, epochs: 50, lr: 1.0e-3, batch_size: 256, seed: 0}
+      v2: {from: v1, hidden: 256, loss: mse, epochs: 50, lr: 1.0e-3, weight_decay: 0.1,
+         batch_size: 256, val_fraction: 0.2, patience: 10, seed: 0}
 
 ``from`` defaults to the version's parent (its model card). ``hidden`` defaults to 256 (twice the
 default 128-d embedding, as BiCT's 4096 is twice its 2048-d features): on a CPU psi must stay
@@ -39,12 +40,49 @@ class UpgradeConfig(BaseModel):
         ge=1,
         description="passes over the pairs (3,200 pairs: 20 -> held-out cos 0.80, 100 -> 0.86)",
     )
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="Adam (L2) weight decay")
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(
+        0.1,
+        ge=0,
+        description="AdamW (decoupled) weight decay: with residual, shrinkage toward the identity "
+        "(docs/findings.md, 'Backfill and psi')",
+    )
     batch_size: int = Field(256, ge=2)
     seed: int = 0
+    residual: bool = Field(
+        True,
+        description="psi(x) = x + MLP(x), the MLP's output layer at zero: the identity at the "
+        "start (only where the two versions' dims agree; otherwise the plain MLP)",
+    )
     val_fraction: float = Field(
-        0.1, ge=0, lt=1, description="pairs held out to report how well psi generalises"
+        0.2,
+        ge=0,
+        lt=1,
+        description="held out to pick the epoch and check psi: this share of the classes "
+        "(of the rows when there are too few classes or no labels)",
+    )
+    monitor: Literal["top1", "loss"] = Field(
+        "top1",
+        description="what picks the best epoch on the held-out pairs: retrieval top-1 (ties "
+        "by loss) or the loss (ties by top-1)",
+    )
+    patience: int | None = Field(
+        10, ge=1, description="stop after this many epochs without a better held-out epoch"
+    )
+    refuse: bool = Field(
+        True,
+        description="save the identity instead of a psi whose held-out top-1 does not beat "
+        "the old gallery left alone (equal dims only)",
+    )
+    min_gain: float = Field(
+        0.0, ge=0, description="held-out top-1 psi must add over no upgrade to be kept"
+    )
+    confidence: float = Field(
+        0.95,
+        gt=0,
+        lt=1,
+        description="psi is kept only if the one-sided lower bound of its held-out top-1 gain "
+        "at this level is above min_gain (0.5: the gain itself)",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")

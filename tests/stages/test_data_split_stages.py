@@ -68,3 +68,33 @@ def test_split_without_data_is_not_found(tmp_path: Path):
     r = _run("split", tmp_path)
     assert r.returncode == 3
     assert "run the data stage first" in r.stderr
+
+
+def test_split_stage_writes_the_validation_set(in_tmp: Path, capsys):
+    """In process: split.validation writes splits/validation.json, disjoint from the rest."""
+    import importlib.util
+
+    import yaml
+
+    from compat.data.config import EmbeddedData
+    from compat.data.sources import build_source
+
+    build_source(
+        EmbeddedData(classes=30, images_per_class=4, size=16, workers=1, cache=str(in_tmp / "c")),
+        in_tmp / "data",
+    )
+    params = yaml.safe_load(PARAMS.format(cache=in_tmp / "c"))
+    params["split"]["validation"] = {"classes": 6, "pairs": 20}
+    (in_tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    spec = importlib.util.spec_from_file_location("split_stage", REPO / "stages" / "split.py")
+    stage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage)
+    assert stage.main([]) == 0
+    assert "split: validation: 24 items in 6 classes (disjoint from training and eval)" in (
+        capsys.readouterr().out
+    )
+    splits = {p.stem: json.loads(p.read_text()) for p in (in_tmp / "splits").iterdir()}
+    assert sorted(splits) == ["eval", "v1", "v2", "validation"]
+    val = set(splits["validation"]["labels"])
+    assert not val & set(splits["eval"]["labels"]) and not val & set(splits["v2"]["classes"])
+    assert len(splits["v2"]["classes"]) == 30 - 10 - 6

@@ -1,0 +1,72 @@
+"""The validation set: classes disjoint from the evaluation set and from every training set,
+built like the evaluation set, deterministic, and leaving the evaluation classes unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.data.expectations import validate_split
+from compat.data.scenarios import Chain
+from compat.data.split import (
+    EvalSplit,
+    SplitParams,
+    build_split,
+    build_validation,
+    load_eval_manifest,
+    write_split,
+)
+from compat.errors import BadInputError
+
+
+def _params(validation: int | None = 8, **kw) -> SplitParams:
+    return SplitParams(
+        eval=EvalSplit(classes=12, pairs=60),
+        validation=EvalSplit(classes=validation, pairs=40) if validation else None,
+        scenarios=[Chain(kind="chain", fractions={"v1": 0.5, "v2": 1.0})],
+        **kw,
+    )
+
+
+def test_validation_classes_are_disjoint_from_training_and_evaluation(tiny_source):
+    params = _params()
+    manifests, ev = build_split(tiny_source, params)
+    validate_split(tiny_source, params, manifests, ev)  # the expectations still hold
+    va = build_validation(tiny_source, params)
+    assert va is not None
+    val_classes, eval_classes = set(va.labels), set(ev.labels)
+    train_classes = {c for m in manifests.values() for c in m.classes}
+    assert len(val_classes) == 8 and len(eval_classes) == 12
+    assert not val_classes & eval_classes and not val_classes & train_classes
+    assert not set(va.items) & set(ev.items)
+    assert not set(va.items) & {i for m in manifests.values() for i in m.items}
+    # Every class of the source is in exactly one of the three.
+    assert len(val_classes | eval_classes | train_classes) == 40 == 8 + 12 + len(train_classes)
+    # Built like the evaluation set: queries, gallery and balanced pairs.
+    assert va.query and va.gallery and not set(va.query) & set(va.gallery)
+    assert all((va.labels[a] == va.labels[b]) == s for a, b, s in va.pairs)
+
+
+def test_adding_validation_keeps_the_evaluation_set_and_is_deterministic(tiny_source):
+    _, ev_without = build_split(tiny_source, _params(validation=None))
+    manifests, ev_with = build_split(tiny_source, _params())
+    assert ev_with == ev_without  # the same evaluation classes, items and pairs
+    assert len(manifests["v2"].classes) == 40 - 12 - 8
+    assert build_validation(tiny_source, _params()) == build_validation(tiny_source, _params())
+    other = build_validation(tiny_source, _params(seed=1))
+    assert set(other.labels) != set(build_validation(tiny_source, _params()).labels)
+    assert build_validation(tiny_source, _params(validation=None)) is None
+
+
+def test_validation_is_written_and_loads_like_the_evaluation_set(tiny_source, tmp_path):
+    params = _params()
+    write_split(tmp_path, *build_split(tiny_source, params), build_validation(tiny_source, params))
+    assert load_eval_manifest(tmp_path / "validation.json") == build_validation(tiny_source, params)
+    write_split(tmp_path / "none", *build_split(tiny_source, _params(validation=None)))
+    assert not (tmp_path / "none" / "validation.json").exists()
+
+
+def test_too_many_held_out_classes_name_the_validation_field(tiny_source):
+    with pytest.raises(BadInputError, match=r"split\.validation\.classes: 12 evaluation and 27"):
+        build_split(tiny_source, _params(validation=27))
+    with pytest.raises(ValueError, match="'validation' is reserved"):
+        SplitParams(scenarios=[Chain(kind="chain", fractions={"validation": 1.0})])

@@ -1,0 +1,143 @@
+"""``stages/upgrade.py`` refuses a psi that does not beat the old gallery left alone: it says
+so, exits 0, writes the identity with a card whose ``refused`` names the numbers, and forward
+evaluation then sees no upgrade (a tiny project: two tiny versions, a folder source)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _stage():
+    spec = importlib.util.spec_from_file_location("upgrade_stage", REPO / "stages" / "upgrade.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
+def _project(root: Path, upgrade: dict, same_weights: bool) -> None:
+    """24 images of 8 classes, splits/v2.json, models/v1 and models/v2 (both dim 6): v2 is
+    v1's weights again (``same_weights``: every new row equals its old row) or other ones."""
+    from PIL import Image
+
+    from compat.data.config import FolderData
+    from compat.data.sources import build_source
+    from compat.data.split import TrainManifest
+    from compat.io import fingerprint, write_json
+    from compat.models.embedding import build_embedding_model
+    from compat.models.version import save_version
+
+    rng = np.random.default_rng(0)
+    items, labels = [], []
+    for k in range(48):
+        lab = f"c{k % 8}"
+        path = root / "imgs" / lab / f"{k:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(path)
+        items.append(f"{lab}/{k:03d}.png")
+        labels.append(lab)
+    source = build_source(FolderData(kind="folder", root=str(root / "imgs"), size=8), root / "data")
+    body = {
+        "name": "v2",
+        "scenario": "test",
+        "source_fingerprint": source.fingerprint,
+        "classes": sorted(set(labels)),
+        "items": items,
+        "labels": labels,
+    }
+    manifest = TrainManifest(**body, fingerprint=fingerprint(body))
+    write_json(root / "splits" / "v2.json", manifest.model_dump())
+    for version, parent in [("v1", None), ("v2", "v1")]:
+        torch.manual_seed(0 if same_weights or version == "v1" else 1)
+        model = build_embedding_model("tiny", 6, in_channels=1, image_size=8)
+        save_version(
+            root / "models" / version,
+            model,
+            None,
+            {
+                "version": version,
+                "backbone": "tiny",
+                "dim": 6,
+                "in_channels": 1,
+                "image_size": 8,
+                "pooling": "avg",
+                "parent": parent,
+                "split": version,
+                "data_fingerprint": manifest.fingerprint if version == "v2" else "x" * 16,
+            },
+        )
+    (root / "params.yaml").write_text(yaml.safe_dump({"upgrade": upgrade}))
+
+
+CFG = {"hidden": 16, "epochs": 4, "batch_size": 8, "device": "cpu", "val_fraction": 0.25}
+
+
+def test_stage_refuses_a_psi_that_does_not_beat_no_upgrade(in_tmp, capsys):
+    _project(in_tmp, {"v2": CFG}, same_weights=True)
+    assert _stage()(["v2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "upgrade: psi v1 -> v2 (6 -> 16 x 3 -> 6, mse, residual) on 48 pairs" in out
+    assert re.search(r"REFUSED: held-out top-1 (\S+) with psi against \1 without it", out)
+    assert "lower bound +0.0000 is not above 0" in out
+    assert "wrote the identity" in out
+    folder = in_tmp / "models" / "v2" / "upgrade"
+    card = json.loads((folder / "card.json").read_text())
+    assert (
+        card["refused"]["metric"] == "top1"
+        and card["refused"]["backward"] == card["refused"]["psi"]
+    )
+    assert card["residual"] is True and card["metrics"]["val_split"] == "classes"
+    assert card["metrics"]["num_val"] == 12  # 2 of 8 classes held out
+
+    from compat.evaluate.runner import upgraded_embeddings
+    from compat.models.card import read_upgrade_card
+
+    assert read_upgrade_card(folder).is_refused
+    rows = np.random.default_rng(1).standard_normal((9, 6)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    upgraded, info = upgraded_embeddings({"v2": folder}, {"v1": rows})
+    np.testing.assert_allclose(upgraded["v2"][1], rows, atol=1e-6)  # forward == backward
+    assert "no upgrade" in info["v2"]["refused"]
+    # The refused card and its identity weights are reproducible byte for byte.
+    first = (folder / "weights.safetensors").read_bytes()
+    assert _stage()(["v2", "--no-progress"]) == 0
+    assert (folder / "weights.safetensors").read_bytes() == first
+
+
+def test_stage_with_refuse_off_keeps_the_fit(in_tmp, capsys):
+    _project(in_tmp, {"v2": {**CFG, "refuse": False}}, same_weights=True)
+    assert _stage()(["v2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "REFUSED" not in out and "best held-out epoch" in out
+    card = json.loads((in_tmp / "models" / "v2" / "upgrade" / "card.json").read_text())
+    assert "refused" not in card
+
+
+def test_stage_reports_the_held_out_top1_of_a_kept_psi(in_tmp, capsys):
+    _project(in_tmp, {"v2": CFG}, same_weights=False)
+    assert _stage()(["v2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    card = json.loads((in_tmp / "models" / "v2" / "upgrade" / "card.json").read_text())
+    m = card["metrics"]
+    if "refused" in card:  # either way, the stage says which and why
+        assert "REFUSED" in out and m["val_top1"] <= m["val_top1_without_upgrade"]
+    else:
+        assert f"top-1 {m['val_top1']:.3f} (without psi {m['val_top1_without_upgrade']:.3f})" in out
+        assert m["val_top1"] > m["val_top1_without_upgrade"]
