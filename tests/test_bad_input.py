@@ -101,8 +101,9 @@ def _train_params(tmp: Path, entry: str) -> list[str]:
     return ["v1", "--params", _params(tmp, f"train:\n  v1: {entry}\n")]
 
 
-def _contract(tmp: Path, text: str) -> list[str]:
-    (tmp / "v2.yaml").write_text(text)
+def _contract(tmp: Path, text: str | bytes) -> list[str]:
+    path = tmp / "v2.yaml"
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
     return ["contract", "validate", "v2.yaml"]
 
 
@@ -297,6 +298,9 @@ WORKING = [
     Case("upgrade-unknown-loss", "upgrade",
          lambda t: ["v2", "--params", _params(t, "upgrade:\n  v2: {from: v1, loss: l1}\n")], 4,
          ("params.yaml: upgrade.v2.loss:", "'mse' or 'cosine'")),
+    Case("contract-not-utf8", "cli",
+         lambda t: _contract(t, b"version: v2\nparent: \xff\xfe\n"), 4,
+         ("v2.yaml: line 2: not valid UTF-8",), prefix=""),
     Case("contract-not-yaml", "cli", lambda t: _contract(t, "version: [v2\n"), 4,
          ("v2.yaml: line 2: not valid YAML",), prefix=""),
     Case("contract-unknown-field", "cli", lambda t: _contract(t, CONTRACT + "colour: red\n"), 4,

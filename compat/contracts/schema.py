@@ -216,6 +216,9 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
         raise NotFoundError(f"{path}: contract not found")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        return None, [f"{path}: line {line}: not valid UTF-8"]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(root)"

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from compat.io import atomic_path
+
 
 def _sequence_line(seq: Mapping[str, Any] | None, length: int) -> str:
     """AC/AA/BC/FC under a heatmap panel's title, for chains of three or more versions."""
@@ -87,7 +89,7 @@ def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) ->
             ax.set_title(metric + _sequence_line(sequence.get(metric), len(report["chain"])))
         fig.suptitle(f"{protocol}: M[query][gallery] (%)")
         path = out_dir / f"heatmap_{protocol}.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         written.append(path)
 
     if report.get("cmc"):
@@ -111,7 +113,7 @@ def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) ->
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         path = out_dir / "cmc.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         written.append(path)
     return written
 
@@ -156,6 +158,12 @@ def plot_backfill(forward: Mapping[str, Any], plots_dir: str | os.PathLike[str])
             f"dashed: M({new}, {new}), re-embedded)"
         )
         path = out_dir / f"backfill_{new}.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         written.append(path)
     return written
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write a PNG through a temporary file, so a kill never leaves half a picture."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")

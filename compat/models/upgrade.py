@@ -4,12 +4,12 @@ with Bidirectional Compatible Training in Image Retrieval").
 psi maps a stored gallery embedding of the old version into the new version's space without the
 image: ``psi(phi_old(x)) ~ phi_new(x)``. Architecture (BiCT, and FCT's transformation is similar):
 ``blocks`` x [Linear -> BatchNorm1d -> ReLU] followed by a Linear, hidden width ``hidden``.
-BiCT uses d_h = 4096 on 2048-d ResNet features (twice the embedding width); compat's default is
-:data:`DEFAULT_HIDDEN` = 256, the same 2x for the default 128-d embeddings, because on a CPU psi
-must stay far cheaper than re-embedding an image. ``benchmarks/bench_backfill.py`` measured, per
-item against the pipeline's small CNN at 32 px on 2 shared cores (two runs): 256 wide 105-106x
-faster, 512 55-102x, 1024 23-35x, 4096 2-4x (nearly as slow as the backbone it replaces). Set
-``hidden`` per version.
+BiCT uses d_h = 4096 on 512-d embeddings; compat's default keeps that ratio,
+:data:`BICT_RATIO` x the old embedding's width (:func:`default_hidden`: 1024 for the default
+128-d embeddings). Width costs speed: ``benchmarks/bench_backfill.py`` measured, per item against
+the pipeline's small CNN at 32 px on 2 shared cores (two runs), psi 256 wide 105-106x faster than
+re-embedding, 512 55-102x, 1024 23-35x, 4096 2-4x (nearly as slow as the backbone it replaces).
+Set ``hidden`` per version to trade fidelity for backfill speed.
 
 **Identity at the start** (``residual``, when ``in_dim == out_dim``): psi(x) = x + f(x) with f the
 MLP above and f's output Linear initialised at zero, so an unfitted psi is exactly the identity
@@ -52,8 +52,14 @@ from compat.models.version import read_verified
 
 UPGRADE_DIR = "upgrade"
 WEIGHTS = "weights.safetensors"
-DEFAULT_HIDDEN = 256
-BICT_HIDDEN = 4096
+BICT_RATIO = 8  # BiCT: d_h = 4096 for 512-d embeddings
+
+
+def default_hidden(in_dim: int) -> int:
+    """psi's default hidden width: BiCT's ratio (4096 / 512) times the old embedding's width."""
+    return BICT_RATIO * in_dim
+
+
 DEFAULT_BATCH = 8192
 
 
@@ -65,11 +71,12 @@ class UpgradeModule(nn.Module):
         self,
         in_dim: int,
         out_dim: int,
-        hidden: int = DEFAULT_HIDDEN,
+        hidden: int | None = None,
         blocks: int = 3,
         residual: bool = False,
     ) -> None:
         super().__init__()
+        hidden = default_hidden(in_dim) if hidden is None else hidden
         if min(in_dim, out_dim, hidden, blocks) < 1:
             raise ValueError("in_dim, out_dim, hidden and blocks must be >= 1")
         if residual and in_dim != out_dim:
@@ -227,11 +234,11 @@ def load_upgrade(path: str | Path) -> tuple[UpgradeModule, UpgradeCard]:
 
 
 __all__ = [
-    "BICT_HIDDEN",
-    "DEFAULT_HIDDEN",
+    "BICT_RATIO",
     "UPGRADE_DIR",
     "FoldedUpgrade",
     "UpgradeModule",
+    "default_hidden",
     "load_upgrade",
     "read_upgrade_card",
     "save_upgrade",

@@ -4,13 +4,13 @@ is fitted (import-light: pydantic only, no torch).
 Example::
 
     upgrade:
-      v2: {from: v1, hidden: 256, loss: mse, epochs: 50, lr: 1.0e-3, weight_decay: 0.1,
+      v2: {from: v1, loss: mse, epochs: 50, lr: 1.0e-3, weight_decay: 0.1,
          batch_size: 256, val_fraction: 0.2, patience: 10, seed: 0}
 
-``from`` defaults to the version's parent (its model card). ``hidden`` defaults to 256 (twice the
-default 128-d embedding, as BiCT's 4096 is twice its 2048-d features): on a CPU psi must stay
->= 50x cheaper per item than re-embedding (see :mod:`compat.models.upgrade` for the measured
-trade-off; 1024 was 23-35x, 4096 2-4x against the small CNN).
+``from`` defaults to the version's parent (its model card). ``hidden`` defaults to BiCT's ratio,
+8x the old embedding's width (4096 for 512-d; 1024 for the default 128-d). Narrower is faster to
+apply: see :mod:`compat.models.upgrade` for the measured trade-off (1024 was 23-35x cheaper per
+item than re-embedding with the small CNN, 256 about 100x).
 """
 
 from __future__ import annotations
@@ -30,7 +30,12 @@ class UpgradeConfig(BaseModel):
         alias="from",
         description="the version whose galleries psi upgrades; default: the version's parent",
     )
-    hidden: int = Field(256, ge=1, description="hidden width d_h (BiCT: 4096 for 2048-d features)")
+    hidden: int | None = Field(
+        None,
+        ge=1,
+        description="hidden width d_h; default BiCT's ratio, 8x the old embedding's width "
+        "(4096 for 512-d)",
+    )
     blocks: int = Field(3, ge=1, description="[Linear-BatchNorm1d-ReLU] blocks before the output")
     loss: Literal["mse", "cosine"] = Field(
         "mse", description="mse: ||psi(old) - new||^2; cosine: 1 - cos(psi(old), new)"

@@ -76,7 +76,7 @@ def test_config_section():
     cfg = UpgradeConfig.model_validate({"from": "v1", "hidden": 1024, "loss": "cosine"})
     assert cfg.from_ == "v1" and cfg.hidden == 1024 and cfg.blocks == 3
     assert cfg.dump()["from"] == "v1" and "from_" not in cfg.dump()
-    assert UpgradeConfig().from_ is None and UpgradeConfig().hidden == 256
+    assert UpgradeConfig().from_ is None and UpgradeConfig().hidden is None
     with pytest.raises(ValidationError, match="Extra inputs"):
         UpgradeConfig.model_validate({"hiden": 3})
     with pytest.raises(ValidationError):
