@@ -7,7 +7,7 @@ once the data exist (tracemalloc cannot see faiss's or BLAS's allocations). Resu
 checked against each other (top-k overlap with faiss).
 
 Methods:
-  compat       compat.embeddings.search.search(q, g, k, device="cpu")
+  compat       compat.embeddings.search.search(q, g, k, device="cpu")  (torch matmul + exact topk)
   faiss        faiss.IndexFlatIP(d); add(gallery); search(queries, k)   (add is timed too)
   sklearn      NearestNeighbors(n_neighbors=k, algorithm="brute", metric="cosine")
   matmul-np    numpy float32 matmul of the same shape, 1,024 query rows at a time into one
@@ -109,7 +109,7 @@ def run_method(method: str, q: np.ndarray, g: np.ndarray, k: int) -> tuple[dict,
 def _import_libraries(method: str) -> None:
     """Load a method's libraries first, so the memory measured is working memory, not code."""
     modules = {
-        "compat": ("faiss", "compat.embeddings.search"),
+        "compat": ("torch", "compat.embeddings.search"),
         "faiss": ("faiss",),
         "sklearn": ("sklearn.neighbors",),
         "matmul-torch": ("torch",),
@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in summary.items():
         print(f"  {key:28s} {value:6.2f}x" if "speed" in key else f"  {key:28s} {value:6.2f}")
     if "speed_vs_faiss" in summary and "fraction_of_matmul_rate" in summary:
-        ok = summary["speed_vs_faiss"] >= 0.95 and summary["fraction_of_matmul_rate"] >= 0.6
-        print(f"  target (>= faiss within 5% noise, >= 0.6x matmul): {'met' if ok else 'NOT met'}")
+        ok = summary["speed_vs_faiss"] >= 2.0 and summary["fraction_of_matmul_rate"] >= 0.6
+        print(f"  target (>= 2x faiss, >= 0.6x matmul): {'met' if ok else 'NOT met'}")
     if args.json:
         Path(args.json).write_text(
             json.dumps(
