@@ -81,7 +81,7 @@ def test_partial_backfill_streams_the_same_rows(psi_and_gallery, fmt):
 
 
 def test_parquet_output_replaces_an_older_folder_whole(psi_and_gallery):
-    root, _, _, before = psi_and_gallery
+    root = psi_and_gallery[0]
     out = root / "up"
     out.mkdir()
     (out / "stale.parquet").write_bytes(b"old")
