@@ -166,7 +166,9 @@ def test_npz_bomb_is_refused_from_its_headers(tmp_path, monkeypatch):
     monkeypatch.setattr(B, "BOMB_MIN_BYTES", 1 << 20)
     _bomb(tmp_path / "bomb.npz", 256_000, 128)
     t0 = time.perf_counter()
-    with pytest.raises(BadInputError, match=r"bomb\.npz: embeddings: declares shape \(256000, 128\)"):
+    with pytest.raises(
+        BadInputError, match=r"bomb\.npz: embeddings: declares shape \(256000, 128\)"
+    ):
         B.load_bundle(tmp_path / "bomb.npz")
     assert time.perf_counter() - t0 < 1.0
 
