@@ -346,8 +346,6 @@ def _upgrade_local(
     psi_where: str,
 ) -> Any:
     """(batch number, block, upgraded rows) for every unfinished block, psi in this process."""
-    import torch
-
     from compat.models.upgrade import FoldedUpgrade, load_upgrade
 
     fast = None
@@ -362,9 +360,7 @@ def _upgrade_local(
             # psi runs over the whole block even when only some rows are selected: a row's
             # result then depends on the block size alone (BLAS picks its kernel by the number
             # of rows), so any selection agrees row for row with the in-memory path.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # read-only blocks: psi copies
-                y_all = fast(torch.from_numpy(np.ascontiguousarray(x))).cpu().numpy()
+            y_all = apply_psi(fast, x)
             bad = ~np.isfinite(y_all[sel])
             if bad.any():
                 r = int(np.flatnonzero(sel)[int(np.argwhere(bad)[0, 0])])
@@ -379,6 +375,22 @@ def _upgrade_local(
         else:
             y = x
         yield b, block, y
+
+
+def apply_psi(fast: Any, x: np.ndarray) -> np.ndarray:
+    """psi (a :class:`~compat.models.upgrade.FoldedUpgrade`) over one block of rows.
+
+    A one-row block is run as two identical rows: BLAS computes a single row with its
+    matrix-vector kernel, whose sums differ from the matrix kernel's in the last bit, and every
+    engine must give the same rows whatever the block boundaries."""
+    import torch
+
+    one = x.shape[0] == 1
+    rows = np.repeat(x, 2, axis=0) if one else np.ascontiguousarray(x, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only blocks: psi copies them
+        y = fast(torch.from_numpy(rows)).cpu().numpy()
+    return y[:1] if one else y
 
 
 class _Parts:
