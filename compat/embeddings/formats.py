@@ -39,6 +39,7 @@ from compat.errors import BadInputError, NotFoundError, UsageError
 FORMATS = ("npz", "npy", "parquet")
 DATASET_META = "_compat.json"
 SHARD_GLOB = "*.parquet"
+ROW_GROUP = 65536  # rows per row group of the shards compat writes
 
 
 def format_of(path: str | os.PathLike[str]) -> str:
@@ -314,8 +315,14 @@ class GalleryReader:
             return self._to_block(table, block_start, with_columns)
 
         for shard in self.shards:
-            pf = pq.ParquetFile(shard)
-            for batch in pf.iter_batches(batch_size=size, columns=cols):
+            # No pre-buffering: whole column chunks held ahead of decoding would double memory.
+            pf = pq.ParquetFile(shard, pre_buffer=False, buffer_size=1 << 20)
+            for batch in pf.iter_batches(batch_size=size, columns=cols, use_threads=False):
+                if not pending and batch.num_rows == size:  # the usual case: no copy
+                    out = emit(pa.Table.from_batches([batch]))
+                    if out is not None:
+                        yield out
+                    continue
                 pending.append(pa.Table.from_batches([batch]))
                 have += batch.num_rows
                 while have >= size:
@@ -437,7 +444,8 @@ def write_shard(
         cols["label"] = pa.array(labels, type=pa.int64())
     if row_versions is not None:
         cols["row_version"] = pa.array(row_versions.tolist(), type=pa.string())
-    pq.write_table(pa.table(cols), path)
+    # Row groups bound a reader's memory: Parquet is decoded one row group at a time.
+    pq.write_table(pa.table(cols), path, row_group_size=ROW_GROUP)
 
 
 def write_dataset_meta(
