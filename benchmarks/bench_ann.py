@@ -71,7 +71,9 @@ def main() -> int:
     t0 = time.perf_counter()
     _, exact = search(q, g, args.k, device="cpu")
     exact_qps = args.queries / (time.perf_counter() - t0)
-    print(f"  {'exact (compat search)':46s} build {0:7.1f} s  {exact_qps:>9,.0f} q/s  1.0x  recall 1.0000")
+    print(
+        f"  {'exact (compat search)':46s} build {0:7.1f} s  {exact_qps:>9,.0f} q/s  1.0x  recall 1.0000"
+    )
     results = {"exact_qps": exact_qps, "indexes": []}
     for config in args.configs:
         kind, _, raw = config.partition(":")
@@ -88,14 +90,22 @@ def main() -> int:
         print(f"  {name:46s} build {build:7.1f} s  {qps:>9,.0f} q/s {qps / exact_qps:5.1f}x  "
               f"recall {rec:.4f}{'  <- target met' if ok else ''}")  # fmt: skip
         results["indexes"].append(
-            {"index": name, "build_s": build, "qps": qps, "speedup": qps / exact_qps,
-             "recall@10": rec, "target_met": ok}  # fmt: skip
+            {
+                "index": name,
+                "build_s": build,
+                "qps": qps,
+                "speedup": qps / exact_qps,
+                "recall@10": rec,
+                "target_met": ok,
+            }  # fmt: skip
         )
         del index
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  peak RSS {peak:,.0f} MB (gallery {g.nbytes / 2**20:,.0f} MB)")
     met = any(r["target_met"] for r in results["indexes"])
-    print(f"  target (one index with recall@10 >= 0.95 at >= 10x exact q/s): {'met' if met else 'NOT met'}")
+    print(
+        f"  target (one index with recall@10 >= 0.95 at >= 10x exact q/s): {'met' if met else 'NOT met'}"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -123,7 +123,10 @@ def main() -> int:
             mem = _run([sys.executable, "-c", IN_MEMORY, str(root / "g.npy"),
                         str(root / "mem.npy"), str(psi)])  # fmt: skip
             inner = json.loads(mem["stdout"].strip().splitlines()[-1])
-            row["in-memory"] = {"seconds": inner["total_seconds"], "peak_rss_mb": mem["peak_rss_mb"]}
+            row["in-memory"] = {
+                "seconds": inner["total_seconds"],
+                "peak_rss_mb": mem["peak_rss_mb"],
+            }
             row["psi"] = {"seconds": inner["psi_seconds"]}
             (root / "mem.npy").unlink()
             for fmt in args.formats:
@@ -133,7 +136,10 @@ def main() -> int:
                             "--gallery", str(src), "--out", str(dst), "--from", "v1", "--to", "v2",
                             "--psi", str(psi), "--batch-size", str(args.batch_size),
                             "--no-progress", "--json"])  # fmt: skip
-                row[f"stream-{fmt}"] = {"seconds": res["seconds"], "peak_rss_mb": res["peak_rss_mb"]}
+                row[f"stream-{fmt}"] = {
+                    "seconds": res["seconds"],
+                    "peak_rss_mb": res["peak_rss_mb"],
+                }
                 if fmt == "npy":
                     a = np.load(dst, mmap_mode="r")
                     row["stream-npy"]["rows_checked"] = int(a.shape[0])

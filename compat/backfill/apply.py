@@ -4,13 +4,21 @@ the images (BiCT's forward step applied to a real gallery file).
 Guarantees:
 
 * **The input is never modified**; ``out`` must be another file.
-* **Nothing half-written**: the output bundle appears (temporary file + rename) only when every
-  selected row is upgraded.
-* **Resumable**: rows are upgraded in batches; each finished batch is saved (atomically) in a
-  work folder beside the output, ``.<out name>.backfill/``, keyed by a digest of the job (input
-  sha256, psi sha256, selected rows, batch size). A killed run started again with the same
-  arguments skips the saved batches; a work folder of another job is discarded. The folder is
-  removed once the output is written.
+* **Any format, bounded memory**: input and output are ``.npz``, ``.npy`` or Parquet shards
+  (:mod:`compat.embeddings.formats`; the format follows the path). Rows stream through in
+  blocks of ``batch_size`` file rows (block b = rows b*B ..), so an ``.npy`` or Parquet gallery
+  of any size is upgraded in the memory of one block (an ``.npz`` is read whole).
+* **Nothing half-written**: the output (a file, or a folder of shards renamed into place)
+  appears only when every block is done.
+* **Resumable**: each finished block is saved (atomically) in a work folder beside the output,
+  ``.<out name>.backfill/``, keyed by a digest of the job (input sha256, psi sha256, selected
+  rows, batch size, output format). A killed run started again with the same arguments skips
+  the saved blocks; a work folder of another job is discarded. For a Parquet output the saved
+  blocks are the output's shards; otherwise they are concatenated into the output, and the
+  folder is removed once the output is written.
+* **Row for row the in-memory path**: psi runs over whole blocks (:func:`apply_psi`), so a row's
+  value does not depend on which other rows were selected, and ``engine="ray"``
+  (:mod:`compat.backfill.ray_engine`) writes the same output as the local engine.
 * **Provenance**: the output records every row's version (``row_versions``), a bundle-level
   ``version`` when all rows share one, and appends this run to ``meta["backfill"]``.
 

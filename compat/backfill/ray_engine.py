@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-
 # psi per worker process, loaded by the first batch that worker upgrades (Ray reuses worker
 # processes across tasks, so each loads psi once).
 _PSI: dict[tuple[str, str], Any] = {}
@@ -66,9 +65,7 @@ def upgrade_blocks(
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
-    cols = ["id", "embedding"] + [
-        c for c in ("label", "row_version") if c in reader._columns
-    ]
+    cols = ["id", "embedding"] + [c for c in ("label", "row_version") if c in reader._columns]
     ds = ray.data.read_parquet([str(s) for s in reader.shards], columns=cols)
     ds = ds.map_batches(
         _upgrade_batch,

@@ -41,10 +41,14 @@ HELP = (
 
 
 def backfill(
-    gallery: Path = typer.Option(..., "--gallery", "-g", help="Stored gallery: .npz, .npy or a Parquet folder."),
+    gallery: Path = typer.Option(
+        ..., "--gallery", "-g", help="Stored gallery: .npz, .npy or a Parquet folder."
+    ),
     source: str = typer.Option(..., "--from", help="Version that made the gallery's rows."),
     target: str = typer.Option(..., "--to", help="Version to upgrade the rows into."),
-    out: Path = typer.Option(..., "--out", "-o", help="Upgraded gallery: .npz, .npy or a folder (Parquet)."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Upgraded gallery: .npz, .npy or a folder (Parquet)."
+    ),
     fraction: float = typer.Option(
         1.0, "--fraction", min=0.0, max=1.0, help="Share of the gallery in --to afterwards."
     ),

@@ -47,7 +47,10 @@ def test_sigkill_then_rerun_resumes_and_matches(tmp_path, kit, src, dst):
     work = work_dir_for(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     victim = subprocess.Popen(
-        _cmd(tmp_path, out, slow=True, gallery=src), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        _cmd(tmp_path, out, slow=True, gallery=src),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     deadline = time.time() + 120
     while time.time() < deadline and victim.poll() is None:
@@ -62,7 +65,9 @@ def test_sigkill_then_rerun_resumes_and_matches(tmp_path, kit, src, dst):
     assert not out.exists()  # the output appears only when complete
     assert not list(tmp_path.glob(f".{dst}.*.tmp"))
 
-    done = subprocess.run(_cmd(tmp_path, out, gallery=src), env=env, capture_output=True, timeout=120)
+    done = subprocess.run(
+        _cmd(tmp_path, out, gallery=src), env=env, capture_output=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     result = json.loads(done.stdout)
     assert result["resumed_batches"] == saved and result["upgraded"] == 200
