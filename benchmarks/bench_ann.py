@@ -97,7 +97,7 @@ def main() -> int:
                 "speedup": qps / exact_qps,
                 "recall@10": rec,
                 "target_met": ok,
-            }  # fmt: skip
+            }
         )
         del index
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
