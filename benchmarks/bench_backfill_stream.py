@@ -107,6 +107,7 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=65536)
     ap.add_argument("--formats", nargs="+", default=["npy", "parquet"], choices=["npy", "parquet"])
+    ap.add_argument("--no-in-memory", action="store_true", help="skip the in-memory path")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -120,15 +121,16 @@ def main() -> int:
             _make_gallery(root, n, args.dim, args.formats)
             psi = _psi(root, args.dim, args.hidden)
             row: dict = {"rows": n}
-            mem = _run([sys.executable, "-c", IN_MEMORY, str(root / "g.npy"),
-                        str(root / "mem.npy"), str(psi)])  # fmt: skip
-            inner = json.loads(mem["stdout"].strip().splitlines()[-1])
-            row["in-memory"] = {
-                "seconds": inner["total_seconds"],
-                "peak_rss_mb": mem["peak_rss_mb"],
-            }
-            row["psi"] = {"seconds": inner["psi_seconds"]}
-            (root / "mem.npy").unlink()
+            if not args.no_in_memory:
+                mem = _run([sys.executable, "-c", IN_MEMORY, str(root / "g.npy"),
+                            str(root / "mem.npy"), str(psi)])  # fmt: skip
+                inner = json.loads(mem["stdout"].strip().splitlines()[-1])
+                row["in-memory"] = {
+                    "seconds": inner["total_seconds"],
+                    "peak_rss_mb": mem["peak_rss_mb"],
+                }
+                row["psi"] = {"seconds": inner["psi_seconds"]}
+                (root / "mem.npy").unlink()
             for fmt in args.formats:
                 src = root / ("g.npy" if fmt == "npy" else "g")
                 dst = root / ("out.npy" if fmt == "npy" else "out")
@@ -150,7 +152,7 @@ def main() -> int:
                     rss = f"  peak RSS {r['peak_rss_mb']:7.0f} MB" if "peak_rss_mb" in r else ""
                     print(f"  {n:>11,} rows  {name:15s} {r['rows_per_s']:>12,.0f} rows/s  "
                           f"{1e6 * r['seconds'] / n:6.2f} us/row{rss}")  # fmt: skip
-            for fmt in args.formats:
+            for fmt in args.formats if "psi" in row else []:
                 s = row[f"stream-{fmt}"]["rows_per_s"]
                 row[f"ratio_{fmt}_vs_in_memory"] = s / row["in-memory"]["rows_per_s"]
                 row[f"ratio_{fmt}_vs_psi"] = s / row["psi"]["rows_per_s"]

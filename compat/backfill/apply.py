@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from compat.backfill.plan import bundle_version, check_rows, row_versions, select_rows
+from compat.backfill.plan import Selection, bundle_version, check_rows, row_versions, select_rows
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.io import atomic_path, fingerprint, sha256_bytes, write_json
 from compat.models.card import UpgradeCard, check_upgrade, read_upgrade_card
@@ -230,8 +230,14 @@ def backfill(
     _check_psi(card, source, target, reader.dim if n_source else None, psi_where)
     if n_source:
         _check_cache_key(reader.meta, card, where, psi_where)
-    selection = select_rows(versions, source, target, fraction=fraction, order=order, seed=seed)
-    rows = selection.rows
+    if fraction >= 1.0:  # every --from row: no ranking needed (O(n) index arrays saved)
+        is_source = versions == source
+        rows = np.flatnonzero(is_source)
+        selection = Selection(rows=rows, already=int(reader.n - is_source.sum()), total=reader.n)
+        del is_source
+    else:
+        selection = select_rows(versions, source, target, fraction=fraction, order=order, seed=seed)
+        rows = selection.rows
     out_dim = card.out_dim
     left = n_source - len(rows)
     if out_dim != reader.dim and selection.already:
@@ -262,8 +268,12 @@ def backfill(
     )
     selected = np.zeros(reader.n, dtype=bool)
     selected[rows] = True
-    new_versions = versions.copy()
-    new_versions[rows] = target
+    if len(rows) == reader.n:  # all rows end in --to: no second per-row array
+        new_versions = np.full(reader.n, target)
+    else:
+        new_versions = versions.copy()
+        new_versions[rows] = target
+    del versions
     width = out_dim if len(rows) else reader.dim
     work = work_dir_for(out_path)
     n_batches = (reader.n + batch_size - 1) // batch_size
