@@ -1,4 +1,6 @@
-"""``--engine ray`` on a local Ray runtime (one CPU): the same files as the local engine."""
+"""``--engine ray`` on a local Ray runtime (one CPU): the same files as the local engine.
+
+Run with ``pytest -m slow tests/backfill/test_ray.py``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from compat.backfill.apply import backfill
 from compat.embeddings.formats import write_shard
 
 ray = pytest.importorskip("ray")
+
+# Starting a Ray runtime and its workers takes 30-90 s on a busy 2-core host: run with -m slow.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
