@@ -4,13 +4,21 @@ the images (BiCT's forward step applied to a real gallery file).
 Guarantees:
 
 * **The input is never modified**; ``out`` must be another file.
-* **Nothing half-written**: the output bundle appears (temporary file + rename) only when every
-  selected row is upgraded.
-* **Resumable**: rows are upgraded in batches; each finished batch is saved (atomically) in a
-  work folder beside the output, ``.<out name>.backfill/``, keyed by a digest of the job (input
-  sha256, psi sha256, selected rows, batch size). A killed run started again with the same
-  arguments skips the saved batches; a work folder of another job is discarded. The folder is
-  removed once the output is written.
+* **Any format, bounded memory**: input and output are ``.npz``, ``.npy`` or Parquet shards
+  (:mod:`compat.embeddings.formats`; the format follows the path). Rows stream through in
+  blocks of ``batch_size`` file rows (block b = rows b*B ..), so an ``.npy`` or Parquet gallery
+  of any size is upgraded in the memory of one block (an ``.npz`` is read whole).
+* **Nothing half-written**: the output (a file, or a folder of shards renamed into place)
+  appears only when every block is done.
+* **Resumable**: each finished block is saved (atomically) in a work folder beside the output,
+  ``.<out name>.backfill/``, keyed by a digest of the job (input sha256, psi sha256, selected
+  rows, batch size, output format). A killed run started again with the same arguments skips
+  the saved blocks; a work folder of another job is discarded. For a Parquet output the saved
+  blocks are the output's shards; otherwise they are concatenated into the output, and the
+  folder is removed once the output is written.
+* **Row for row the in-memory path**: psi runs over whole blocks (:func:`apply_psi`), so a row's
+  value does not depend on which other rows were selected, and ``engine="ray"``
+  (:mod:`compat.backfill.ray_engine`) writes the same output as the local engine.
 * **Provenance**: the output records every row's version (``row_versions``), a bundle-level
   ``version`` when all rows share one, and appends this run to ``meta["backfill"]``.
 
@@ -30,21 +38,17 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+import warnings
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from compat.backfill.plan import (
-    bundle_version,
-    check_rows,
-    row_versions,
-    select_rows,
-)
+from compat.backfill.plan import Selection, bundle_version, check_rows, row_versions, select_rows
 from compat.errors import BadInputError, NotFoundError, UsageError
-from compat.io import atomic_path, fingerprint, sha256_bytes, sha256_file, write_json
+from compat.io import atomic_path, fingerprint, sha256_bytes, write_json
 from compat.models.card import UpgradeCard, check_upgrade, read_upgrade_card
 
 DEFAULT_BATCH = 8192
@@ -78,8 +82,8 @@ def work_dir_for(out: str | os.PathLike[str]) -> Path:
     return p.parent / f".{p.name}.backfill"
 
 
-def _batch_path(work: Path, b: int) -> Path:
-    return work / f"batch-{b:06d}.npy"
+def _batch_path(work: Path, b: int, fmt: str = "npz") -> Path:
+    return work / f"batch-{b:06d}.{'parquet' if fmt == 'parquet' else 'npy'}"
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -177,12 +181,19 @@ def backfill(
     assume_from: bool = False,
     progress: bool | None = None,
     device: str = "cpu",
+    engine: str = "local",
     log: Any = None,
 ) -> BackfillResult:
     """Upgrade ``gallery`` rows made by ``source`` into ``target`` with the psi in ``psi_dir``;
-    write the result to ``out``. See the module docstring for the guarantees."""
-    from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
-    from compat.models.upgrade import FoldedUpgrade, load_upgrade
+    write the result to ``out``. See the module docstring for the guarantees.
+
+    ``gallery`` and ``out`` are any of the formats of :mod:`compat.embeddings.formats` (the
+    format follows the path). Rows are read, upgraded and saved one block of ``batch_size``
+    rows at a time, so memory stays bounded for ``.npy`` and Parquet galleries of any size.
+    ``engine="ray"`` runs psi with Ray Data over a Parquet gallery
+    (:mod:`compat.backfill.ray_engine`); its output is identical.
+    """
+    from compat.embeddings.formats import GalleryReader, format_of
 
     say = log or (lambda msg: None)
     started = time.perf_counter()
@@ -191,44 +202,60 @@ def backfill(
         raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
     if source == target:
         raise UsageError(f"--from and --to are both {source!r}")
-    if not gallery_path.is_file():
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if not gallery_path.exists():
         raise NotFoundError(f"{gallery_path}: file not found")
     if _same_file(gallery_path, out_path):
         raise UsageError(f"--out {out_path} is the input gallery; the input is never modified")
+    out_format = format_of(out_path)
+    _check_out(out_path, out_format)
     psi_path = Path(psi_dir)
     card = read_upgrade_card(psi_path)
     psi_where = str(psi_path / "card.json")
 
-    input_sha = sha256_file(gallery_path)
-    bundle = load_bundle(gallery_path)
-    where = str(gallery_path)
-    versions = row_versions(
-        bundle.version,
-        bundle.row_versions,
-        len(bundle),
+    reader = GalleryReader(gallery_path)
+    where = reader.where
+    if engine == "ray" and reader.format != "parquet":
+        raise UsageError("--engine ray reads a folder of Parquet shards; convert the gallery first")
+    versions = row_version_array(
+        reader.version,
+        reader.row_versions,
+        reader.n,
         where=where,
         assume=source if assume_from else None,
     )
     check_rows(versions, source, target, where)
-    n_source = sum(v == source for v in versions)
-    _check_psi(card, source, target, bundle.dim if n_source else None, psi_where)
+    n_source = int((versions == source).sum())
+    _check_psi(card, source, target, reader.dim if n_source else None, psi_where)
     if n_source:
-        _check_cache_key(bundle.meta, card, where, psi_where)
-    selection = select_rows(versions, source, target, fraction=fraction, order=order, seed=seed)
-    rows = selection.rows
+        _check_cache_key(reader.meta, card, where, psi_where)
+    if fraction >= 1.0:  # every --from row: no ranking needed (O(n) index arrays saved)
+        is_source = versions == source
+        rows = np.flatnonzero(is_source)
+        selection = Selection(rows=rows, already=int(reader.n - is_source.sum()), total=reader.n)
+        del is_source
+    else:
+        selection = select_rows(versions, source, target, fraction=fraction, order=order, seed=seed)
+        rows = selection.rows
     out_dim = card.out_dim
     left = n_source - len(rows)
-    if out_dim != bundle.dim and selection.already:
+    if out_dim != reader.dim and selection.already:
         raise BadInputError(
-            f"{where}: embeddings: rows already in {target} have {bundle.dim} dims, "
+            f"{where}: embeddings: rows already in {target} have {reader.dim} dims, "
             f"but psi makes {out_dim}-dim rows"
         )
-    if out_dim != bundle.dim and len(rows) and left:
+    if out_dim != reader.dim and len(rows) and left:
         raise BadInputError(
-            f"{psi_where}: out_dim: psi makes {out_dim}-dim rows from {bundle.dim}-dim ones; "
+            f"{psi_where}: out_dim: psi makes {out_dim}-dim rows from {reader.dim}-dim ones; "
             "a partial backfill would mix both widths in one gallery; use --fraction 1"
         )
+    if engine == "ray" and len(rows) != n_source:
+        raise UsageError("--engine ray upgrades every --from row (--fraction 1)")
+    if out_format == "npz" and reader.labels is None:
+        raise BadInputError(f"{where}: labels: an .npz output needs labels; write .npy or Parquet")
 
+    input_sha = reader.sha256()
     job = fingerprint(
         {
             "input_sha256": input_sha,
@@ -236,49 +263,25 @@ def backfill(
             "rows": sha256_bytes(np.ascontiguousarray(rows, dtype=np.int64).tobytes()),
             "batch_size": batch_size,
             "assume_from": assume_from,
+            "out_format": out_format,
         }
     )
-    work = work_dir_for(out_path)
-    n_batches = (len(rows) + batch_size - 1) // batch_size
-    done = _resume_state(work, job, n_batches, say)
-
-    upgraded = np.empty((0, out_dim), dtype=np.float32)
-    if len(rows):
-        psi, _ = load_upgrade(psi_path)
-        fast = FoldedUpgrade(psi, device)
-        import torch
-
-        todo = [b for b in range(n_batches) if b not in done]
-        if done:
-            say(f"backfill: resuming: {len(done)} of {n_batches} batches already done")
-        done_rows = sum(min(batch_size, len(rows) - b * batch_size) for b in done)
-        label = f"backfill {source} -> {target}"
-        t0, upgraded_now = time.perf_counter(), 0
-        with _Bar(len(rows), done_rows, progress, label) as bar:
-            for b in todo:
-                idx = rows[b * batch_size : (b + 1) * batch_size]
-                y = fast(torch.from_numpy(bundle.embeddings[idx])).cpu().numpy()
-                if not np.isfinite(y).all():
-                    raise BadInputError(
-                        f"{psi_where}: psi produced NaN or inf for gallery row "
-                        f"{int(idx[int(np.argwhere(~np.isfinite(y))[0, 0])])}"
-                    )
-                with atomic_path(_batch_path(work, b)) as tmp, open(tmp, "wb") as f:
-                    np.save(f, y.astype(np.float32, copy=False))
-                upgraded_now += len(idx)
-                bar.advance(len(idx), upgraded_now / max(time.perf_counter() - t0, 1e-9))
-        upgraded = _assemble(work, rows, n_batches, batch_size, out_dim)
-
-    if out_dim != bundle.dim and len(rows):  # a full backfill into a new width: all rows replaced
-        embeddings = np.empty((len(bundle), out_dim), dtype=np.float32)
+    selected = np.zeros(reader.n, dtype=bool)
+    selected[rows] = True
+    if len(rows) == reader.n:  # all rows end in --to: no second per-row array
+        new_versions = np.full(reader.n, target)
     else:
-        embeddings = bundle.embeddings.copy()
-    if len(rows):
-        embeddings[rows] = upgraded
-    new_versions = list(versions)
-    for r in rows.tolist():
-        new_versions[r] = target
-    meta = {k: v for k, v in bundle.meta.items() if k not in _CACHE_META}
+        new_versions = versions.copy()
+        new_versions[rows] = target
+    del versions
+    width = out_dim if len(rows) else reader.dim
+    work = work_dir_for(out_path)
+    n_batches = (reader.n + batch_size - 1) // batch_size
+    try:
+        done = _resume_state(work, job, n_batches, say, out_format)
+    except OSError as err:
+        raise UsageError(f"--out {out_path}: cannot write beside it ({_one_line(err)})") from None
+    meta = {k: v for k, v in reader.meta.items() if k not in _CACHE_META}
     history = list(meta.get("backfill", [])) if isinstance(meta.get("backfill"), list) else []
     history.append(
         {
@@ -292,27 +295,37 @@ def backfill(
             "order": order,
             "seed": seed if order == "random" else None,
             "upgraded": len(rows),
-            "total": len(bundle),
+            "total": reader.n,
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
     )
     meta["backfill"] = history
-    result_bundle = replace(
-        bundle,
-        embeddings=embeddings,
-        version=bundle_version(new_versions),
-        row_versions=new_versions,
-        meta=meta,
-    )
-    assert isinstance(result_bundle, EmbeddingBundle)
-    save_bundle(out_path, result_bundle)
-    shutil.rmtree(work, ignore_errors=True)
+
+    parts = _Parts(work, out_format, selected, new_versions, width)
+    if done:
+        say(f"backfill: resuming: {len(done)} of {n_batches} batches already done")
+    label = f"backfill {source} -> {target}"
+    done_rows = sum(min(batch_size, reader.n - b * batch_size) for b in done)
+    with _Bar(reader.n, done_rows, progress, label) as bar:
+        if engine == "ray":
+            from compat.backfill.ray_engine import upgrade_blocks
+
+            blocks = upgrade_blocks(reader, psi_path, source, batch_size, done, device)
+        else:
+            blocks = _upgrade_local(reader, psi_path, selected, batch_size, done, device, psi_where)
+        t0, moved = time.perf_counter(), 0
+        for b, block, y in blocks:
+            parts.write(b, block, y)
+            moved += len(y)
+            bar.advance(len(y), moved / max(time.perf_counter() - t0, 1e-9))
+
+    _finish(parts, reader, out_path, n_batches, batch_size, new_versions, meta)
     return BackfillResult(
         gallery=str(gallery_path),
         out=str(out_path),
         source=source,
         target=target,
-        total=len(bundle),
+        total=reader.n,
         upgraded=len(rows),
         already=selection.already,
         remaining=n_source - len(rows),
@@ -323,7 +336,213 @@ def backfill(
     )
 
 
-def _resume_state(work: Path, job: str, n_batches: int, say: Any) -> set[int]:
+ENGINES = ("local", "ray")
+
+
+def row_version_array(
+    version: str | None,
+    per_row: np.ndarray | None,
+    n: int,
+    *,
+    where: str,
+    assume: str | None,
+) -> np.ndarray:
+    """Every row's version as a NumPy string array (see :func:`compat.backfill.plan.row_versions`)."""
+    if per_row is not None:
+        return np.asarray(per_row, dtype=np.str_)
+    one = row_versions(version, None, 1, where=where, assume=assume)[0]
+    return np.full(n, one)
+
+
+def _upgrade_local(
+    reader: Any,
+    psi_path: Path,
+    selected: np.ndarray,
+    batch_size: int,
+    done: set[int],
+    device: str,
+    psi_where: str,
+) -> Any:
+    """(batch number, block, upgraded rows) for every unfinished block, psi in this process."""
+    from compat.models.upgrade import FoldedUpgrade, load_upgrade
+
+    fast = None
+    for block in reader.blocks(batch_size, skip=done):
+        b = block.start // batch_size
+        sel = selected[block.start : block.start + len(block.embeddings)]
+        x = block.embeddings
+        if sel.any():
+            if fast is None:
+                psi, _ = load_upgrade(psi_path)
+                fast = FoldedUpgrade(psi, device)
+            # psi runs over the whole block even when only some rows are selected: a row's
+            # result then depends on the block size alone (BLAS picks its kernel by the number
+            # of rows), so any selection agrees row for row with the in-memory path.
+            y_all = apply_psi(fast, x)
+            bad = ~np.isfinite(y_all[sel])
+            if bad.any():
+                r = int(np.flatnonzero(sel)[int(np.argwhere(bad)[0, 0])])
+                raise BadInputError(
+                    f"{psi_where}: psi produced NaN or inf for gallery row {block.start + r}"
+                )
+            if sel.all():
+                y = y_all
+            else:
+                y = np.array(x, dtype=np.float32, copy=True)
+                y[sel] = y_all[sel]
+        else:
+            y = x
+        yield b, block, y
+
+
+def apply_psi(fast: Any, x: np.ndarray) -> np.ndarray:
+    """psi (a :class:`~compat.models.upgrade.FoldedUpgrade`) over one block of rows.
+
+    A one-row block is run as two identical rows: BLAS computes a single row with its
+    matrix-vector kernel, whose sums differ from the matrix kernel's in the last bit, and every
+    engine must give the same rows whatever the block boundaries."""
+    import torch
+
+    one = x.shape[0] == 1
+    rows = np.repeat(x, 2, axis=0) if one else np.ascontiguousarray(x, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only blocks: psi copies them
+        y = fast(torch.from_numpy(rows)).cpu().numpy()
+    return y[:1] if one else y
+
+
+class _Parts:
+    """Finished blocks in the work folder: ``batch-<b>.npy`` (the block's output rows) for
+    ``.npz``/``.npy`` outputs, or ``batch-<b>.parquet`` (a whole output shard) for Parquet."""
+
+    def __init__(
+        self, work: Path, fmt: str, selected: np.ndarray, versions: np.ndarray, width: int
+    ) -> None:
+        self.work, self.fmt, self.versions, self.width = work, fmt, versions, width
+        self.selected = selected
+
+    def path(self, b: int) -> Path:
+        return _batch_path(self.work, b, self.fmt)
+
+    def write(self, b: int, block: Any, y: np.ndarray) -> None:
+        from compat.embeddings.formats import write_shard
+
+        with atomic_path(self.path(b)) as tmp:
+            if self.fmt == "parquet":
+                stop = block.start + len(y)
+                ids = block.ids if block.ids is not None else _row_ids(block.start, stop)
+                write_shard(tmp, ids, y, block.labels, self.versions[block.start : stop])
+            else:
+                with open(tmp, "wb") as f:
+                    np.save(f, np.ascontiguousarray(y, dtype=np.float32))
+
+    def read(self, b: int, rows: int) -> np.ndarray:
+        p = self.path(b)
+        y = np.load(p, allow_pickle=False)
+        if y.shape != (rows, self.width) or y.dtype != np.float32:
+            raise BadInputError(
+                f"{p}: a saved batch has shape {y.shape}, expected {(rows, self.width)}; "
+                f"delete {self.work} and run again"
+            )
+        return y
+
+
+def _row_ids(start: int, stop: int) -> np.ndarray:
+    """Ids for a gallery that has none: the row numbers, as strings."""
+    return np.arange(start, stop).astype(np.str_)
+
+
+def _finish(
+    parts: _Parts,
+    reader: Any,
+    out: Path,
+    n_batches: int,
+    bs: int,
+    versions: np.ndarray,
+    meta: dict[str, Any],
+) -> None:
+    """Assemble the finished blocks into ``out`` (atomically), then drop the work folder."""
+    from compat.embeddings.bundle import EmbeddingBundle, Sidecar, save_bundle, save_sidecar
+    from compat.embeddings.formats import sidecar_of, write_dataset_meta, write_npy_header
+
+    n, width, work = reader.n, parts.width, parts.work
+    version = bundle_version(np.unique(versions).tolist())
+    rows = [min(bs, n - b * bs) for b in range(n_batches)]
+    try:
+        if parts.fmt == "parquet":
+            write_dataset_meta(work, version, reader.fingerprint, meta)
+            (work / STATE).unlink()
+            _replace_folder(work, out)
+            return
+        if parts.fmt == "npy":
+            save_sidecar(
+                sidecar_of(out),
+                Sidecar(
+                    labels=reader.labels,
+                    ids=reader.ids,
+                    row_versions=versions,
+                    version=version,
+                    fingerprint=reader.fingerprint,
+                    meta=meta,
+                ),
+            )
+            with atomic_path(out) as tmp, open(tmp, "wb") as f:
+                write_npy_header(f, n, width)
+                for b in range(n_batches):
+                    f.write(parts.read(b, rows[b]).data)
+        else:
+            embeddings = np.empty((n, width), dtype=np.float32)
+            for b in range(n_batches):
+                embeddings[b * bs : b * bs + rows[b]] = parts.read(b, rows[b])
+            ids = reader.ids
+            save_bundle(
+                out,
+                EmbeddingBundle(
+                    embeddings=embeddings,
+                    labels=reader.labels,
+                    ids=None if ids is None else ids.tolist(),
+                    version=version,
+                    fingerprint=reader.fingerprint,
+                    row_versions=versions.tolist(),
+                    meta=meta,
+                ),
+            )
+    except OSError as err:
+        raise UsageError(f"--out {out}: cannot write ({_one_line(err)})") from None
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    """Put folder ``new`` at ``target``; an existing ``target`` folder is swapped out, then removed."""
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        os.replace(target, old)
+    os.replace(new, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_out(out: Path, fmt: str) -> None:
+    """Refuse an output that cannot be written (under a file, /proc, a folder where a file
+    goes) with a one-line usage error, before any work."""
+    parent = out.parent
+    for p in [parent, *parent.parents]:
+        if p.exists():
+            if not p.is_dir():
+                raise UsageError(f"--out {out}: {p} is a file, not a folder")
+            if not os.access(p, os.W_OK):
+                raise UsageError(f"--out {out}: {p} is not writable")
+            break
+    if str(out.resolve()).startswith(("/proc/", "/sys/", "/dev/")):
+        raise UsageError(f"--out {out}: not a place for files (a kernel file system)")
+    if fmt != "parquet" and out.is_dir():
+        raise UsageError(f"--out {out}: a folder; a .npz or .npy output must be a file")
+    if fmt == "parquet" and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: a file; a Parquet output is a folder of shards")
+
+
+def _resume_state(work: Path, job: str, n_batches: int, say: Any, fmt: str) -> set[int]:
     """The finished batches of this job in ``work``; a folder of another job is discarded."""
     state = work / STATE
     if work.exists():
@@ -338,21 +557,11 @@ def _resume_state(work: Path, job: str, n_batches: int, say: Any) -> set[int]:
         work.mkdir(parents=True)
         write_json(state, {"job": job, "batches": n_batches})
         return set()
-    return {b for b in range(n_batches) if _batch_path(work, b).is_file()}
+    return {b for b in range(n_batches) if _batch_path(work, b, fmt).is_file()}
 
 
-def _assemble(work: Path, rows: np.ndarray, n_batches: int, bs: int, dim: int) -> np.ndarray:
-    out = np.empty((len(rows), dim), dtype=np.float32)
-    for b in range(n_batches):
-        y = np.load(_batch_path(work, b), allow_pickle=False)
-        want = (min(bs, len(rows) - b * bs), dim)
-        if y.shape != want or y.dtype != np.float32:
-            raise BadInputError(
-                f"{_batch_path(work, b)}: a saved batch has shape {y.shape}, expected {want}; "
-                f"delete {work} and run again"
-            )
-        out[b * bs : b * bs + want[0]] = y
-    return out
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 __all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill", "work_dir_for"]

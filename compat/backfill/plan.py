@@ -59,13 +59,16 @@ def bundle_version(versions: Sequence[str]) -> str | None:
 
 def check_rows(versions: Sequence[str], source: str, target: str, where: str = "gallery") -> None:
     """Every row must be from ``source`` or already upgraded to ``target``."""
-    for i, v in enumerate(versions):
-        if v not in (source, target):
-            field = "row_versions" if len(set(versions)) > 1 else "version"
-            raise BadInputError(
-                f"{where}: {field}: row {i} was made by {v!r}, not by --from {source!r}"
-                + (f" (or --to {target!r})" if len(set(versions)) > 1 else "")
-            )
+    v = np.asarray(versions, dtype=np.str_)
+    bad = np.flatnonzero((v != source) & (v != target))
+    if bad.size:
+        i = int(bad[0])
+        mixed = len(np.unique(v)) > 1
+        field = "row_versions" if mixed else "version"
+        raise BadInputError(
+            f"{where}: {field}: row {i} was made by {str(v[i])!r}, not by --from {source!r}"
+            + (f" (or --to {target!r})" if mixed else "")
+        )
 
 
 def row_order(n: int, order: str, seed: int = 0) -> np.ndarray:

@@ -25,17 +25,30 @@ HELP = (
     "order. The output records each row's version in row_versions; a mixed gallery is searched "
     "with --to's query embeddings (upgraded rows are in --to's space, the rest in --from's, "
     "which a backward-compatible --to can query): see compat.embeddings.mixed.\n\n"
-    "Exit codes: 0 done; 2 usage (bad option, --out is the input); 3 a file is missing "
-    "(gallery, psi); 4 bad input (rows not made by --from, psi of other versions or "
-    "dimensions, NaN or inf rows, unreadable files)."
+    "Formats follow the path, for --gallery and --out alike: .npz (a bundle), .npy (the "
+    "matrix, read in blocks; labels, ids and versions in a <stem>.meta.npz sidecar) or a folder "
+    "of Parquet shards (columns id, embedding as a fixed-size list of float32, optional label "
+    "and row_version). Rows stream through in blocks of --batch-size, so memory stays bounded "
+    "for .npy and Parquet galleries of any size.\n\n"
+    "--engine ray runs psi with Ray Data (map_batches) over a Parquet gallery: on a local Ray "
+    "runtime, or on the cluster named by RAY_ADDRESS; the output is identical to the local "
+    "engine's.\n\n"
+    "Exit codes: 0 done; 2 usage (bad option, --out is the input, --out cannot be written: "
+    "under a file, under /proc); 3 a file is missing (gallery, psi); 4 bad input (rows not "
+    "made by --from, psi of other versions or dimensions, NaN or inf rows, unreadable files, "
+    "a wrong Parquet schema)."
 )
 
 
 def backfill(
-    gallery: Path = typer.Option(..., "--gallery", "-g", help="Stored gallery bundle (.npz)."),
+    gallery: Path = typer.Option(
+        ..., "--gallery", "-g", help="Stored gallery: .npz, .npy or a Parquet folder."
+    ),
     source: str = typer.Option(..., "--from", help="Version that made the gallery's rows."),
     target: str = typer.Option(..., "--to", help="Version to upgrade the rows into."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write the upgraded bundle."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Upgraded gallery: .npz, .npy or a folder (Parquet)."
+    ),
     fraction: float = typer.Option(
         1.0, "--fraction", min=0.0, max=1.0, help="Share of the gallery in --to afterwards."
     ),
@@ -50,6 +63,9 @@ def backfill(
         False, "--assume-from", help="Treat a gallery that records no version as made by --from."
     ),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    engine: str = typer.Option(
+        "local", "--engine", help="local (this process) or ray (Ray Data; RAY_ADDRESS or local)."
+    ),
     progress: bool | None = typer.Option(
         None, "--progress/--no-progress", help="Progress bar (default: when stderr is a terminal)."
     ),
@@ -76,6 +92,7 @@ def backfill(
             assume_from=assume_from,
             progress=progress,
             device=device,
+            engine=engine,
             log=lambda msg: print(msg, file=sys.stderr),
         )
         if as_json:

@@ -1,4 +1,4 @@
-"""``compat score``: evaluation protocols on your own embeddings (two .npz files).
+"""``compat score``: evaluation protocols on your own embeddings (.npz, .npy or Parquet).
 
 Registered on the main app by ``score.register(app)``.
 """
@@ -27,7 +27,8 @@ HELP = (
     "Score query embeddings against gallery embeddings with the evaluation protocols.\n\n"
     "Each file is an .npz archive (numpy.savez) holding `embeddings` (n x d real numbers) and "
     "`labels` (n integers: the identity of each row); optional `ids` (n strings) name the "
-    "items. Rows are L2-normalised first (cosine similarity) unless --no-normalize is given, "
+    "items. A .npy matrix (memory-mapped; labels and ids in a <stem>.meta.npz sidecar) or a "
+    "folder of Parquet shards (columns id, embedding, label) is read likewise. Rows are L2-normalised first (cosine similarity) unless --no-normalize is given, "
     "in which case raw inner products are used. Every metric is a fraction in [0, 1].\n\n"
     "identification: top1, top5, top10, mAP, mAP@100 over the whole gallery. Queries whose "
     "label has no gallery row are skipped. Ties count against the query (pessimistic).\n\n"
@@ -43,6 +44,11 @@ HELP = (
     "Leave-one-out: when --query and --gallery are the same file, each row is left out of its "
     "own ranking and pairs (by index). When both files carry `ids`, a gallery row with the "
     "query's id is left out likewise (the same item embedded by two models).\n\n"
+    "--index flat|ivf|hnsw|ivfpq (faiss; parameters with --index-param key=value, e.g. nlist=1024, "
+    "nprobe=32, M=32, ef_search=128, m=32, nbits=8) also searches the gallery with that "
+    "approximate index and reports its recall@k against exact search (the share of each "
+    "query's exact top-k it returns), its build time and queries/s; the metrics above stay "
+    "exact. The promotion gate always searches exactly.\n\n"
     "Exit codes: 0 success; 2 usage (unknown protocol); 3 a file is missing; 4 bad input "
     "(unreadable archive, missing key, empty array, NaN or inf, non-integer labels, rows and "
     "labels of different lengths, query and gallery of different dimensions without "
@@ -77,19 +83,41 @@ def score(
         help="How query and gallery rows of different widths meet: truncate (BCT: the wider "
         "rows' first d coordinates, then L2-normalised) or pad (zero-pad the narrower rows).",
     ),
+    index: str | None = typer.Option(
+        None, "--index", help="Also measure an approximate index: flat, ivf, hnsw or ivfpq."
+    ),
+    index_param: list[str] = typer.Option(
+        None, "--index-param", help="Index parameter key=value (repeatable)."
+    ),
+    recall_k: int = typer.Option(10, "--recall-k", min=1, help="k of the index's recall@k."),
 ) -> None:
     with exit_on_error():
+        spec = None
+        if index is not None:
+            from compat.embeddings.ann import parse_index
+
+            spec = parse_index(index, index_param)  # unknown name or key: exit 2
         flat, notes, counts = _score(
             query, gallery, protocol or None, normalize, max_pairs, seed, device,
-            dim_mismatch.value if dim_mismatch is not None else None,
+            dim_mismatch.value if dim_mismatch is not None else None, spec, recall_k,
         )  # fmt: skip
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         if as_json:
-            payload = {k: (v if math.isfinite(v) else None) for k, v in flat.items()}
+            payload = {
+                k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                for k, v in flat.items()
+            }
             sys.stdout.write(json.dumps(payload) + "\n")
         else:
             _print_table(flat, counts, query, gallery)
+            if spec is not None:
+                print(
+                    f"index {flat['index.spec']}: recall@{recall_k} {flat[f'index.recall@{recall_k}']:.4f} "
+                    f"against exact search; build {flat['index.build_seconds']:.2f} s, "
+                    f"{flat['index.queries_per_second']:,.0f} queries/s "
+                    f"(exact {flat['index.exact_queries_per_second']:,.0f})"
+                )
 
 
 def _score(
@@ -101,17 +129,19 @@ def _score(
     seed: int,
     device: str,
     dim_mismatch: str | None = None,
-) -> tuple[dict[str, float], list[str], dict[str, dict[str, int]]]:
+    spec=None,
+    recall_k: int = 10,
+) -> tuple[dict, list[str], dict[str, dict[str, int]]]:
     import numpy as np
 
-    from compat.embeddings.bundle import load_bundle
+    from compat.embeddings.formats import load_gallery
     from compat.errors import BadInputError
     from compat.evaluate.protocols import create_protocols, evaluate_sets, protocol_names
 
     names = list(dict.fromkeys(protocols or protocol_names()))
     built = create_protocols(names, max_pairs=max_pairs, seed=seed)  # unknown name: exit 2
-    q = load_bundle(query_path)
-    g = load_bundle(gallery_path)
+    q = load_gallery(query_path)
+    g = load_gallery(gallery_path)
     q_raw, g_raw = q.embeddings, g.embeddings
     if q.dim != g.dim:
         if dim_mismatch is None:
@@ -141,6 +171,8 @@ def _score(
     for name, result in results.items():
         flat.update(result.metrics)
         counts[name] = result.counts
+    if spec is not None:
+        flat.update(_index_recall(spec, q_emb, g_emb, recall_k, device))
     if "identification" in counts and counts["identification"]["valid_queries"] == 0:
         notes.append("identification undefined: no query label occurs in the gallery")
     if "open-set" in counts:
@@ -154,6 +186,40 @@ def _score(
         if c["genuine_pairs"] == 0 or c["impostor_pairs"] == 0:
             notes.append("verification undefined: needs both genuine and impostor pairs")
     return flat, notes, counts
+
+
+def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> dict:
+    """recall@k of an approximate index against exact search, with its build and search rates."""
+    import time
+
+    from compat.embeddings.ann import build_index, index_search, recall_at_k, resolved
+    from compat.embeddings.search import resolve_device, search
+    from compat.errors import BadInputError
+
+    k = min(k, g_emb.shape[0])
+    full = resolved(spec, *g_emb.shape).params
+    cells = max(full.get("nlist", 1), 2 ** full.get("nbits", 0))
+    if full.get("train", cells) < cells:
+        raise BadInputError(
+            f"--index {spec.kind}: {full['train']} training rows for {cells} cells or codewords "
+            "(lower nlist or nbits, or raise train)"
+        )
+    dev = resolve_device(device)
+    t0 = time.perf_counter()
+    _, exact = search(q_emb, g_emb, k, device=dev)
+    t1 = time.perf_counter()
+    index = build_index(g_emb, spec, device=dev)
+    t2 = time.perf_counter()
+    _, approx = index_search(index, q_emb, k)
+    t3 = time.perf_counter()
+    nq = max(1, q_emb.shape[0])
+    return {
+        "index.spec": resolved(spec, *g_emb.shape).describe(),
+        f"index.recall@{k}": recall_at_k(approx, exact),
+        "index.build_seconds": t2 - t1,
+        "index.queries_per_second": nq / max(t3 - t2, 1e-9),
+        "index.exact_queries_per_second": nq / max(t1 - t0, 1e-9),
+    }
 
 
 def _normalized(x, path: Path):

@@ -104,6 +104,7 @@ def load_bundle(path: str | os.PathLike[str], *, name: str | None = None) -> Emb
         magic = f.read(4)
     if magic != b"PK\x03\x04" and magic != b"PK\x05\x06":
         raise BadInputError(f"{where}: archive: not an .npz archive (as written by numpy.savez)")
+    check_archive(p, where)
     raw: dict[str, np.ndarray] = {}
     try:
         with np.load(p, allow_pickle=False) as npz:
@@ -123,6 +124,157 @@ def load_bundle(path: str | os.PathLike[str], *, name: str | None = None) -> Emb
     return _validate(raw, where)
 
 
+# An archive member that decompresses past this size must be plausibly compressed: embeddings
+# (float noise) compress a little, never 100:1; a member beyond that is a decompression bomb.
+BOMB_MIN_BYTES = 64 << 20
+BOMB_RATIO = 100
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def check_archive(path: Path, where: str, *, required: tuple[str, ...] = REQUIRED_KEYS) -> None:
+    """Shapes, dtypes and sizes from the ``.npy`` headers inside the archive, before anything is
+    decompressed: a small file declaring billions of values is refused in milliseconds."""
+    from numpy.lib import format as npformat
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                key = info.filename.removesuffix(".npy")
+                if not info.filename.endswith(".npy") or key not in REQUIRED_KEYS + OPTIONAL_KEYS:
+                    continue
+                with z.open(info) as f:
+                    major, _ = npformat.read_magic(f)
+                    read = (
+                        npformat.read_array_header_1_0
+                        if major == 1
+                        else npformat.read_array_header_2_0
+                    )
+                    shape, _fortran, dtype = read(f)
+                    header = f.tell()
+                if dtype.hasobject:
+                    raise BadInputError(
+                        f"{where}: {key}: stored as Python objects (pickled); "
+                        "save plain numeric or string arrays"
+                    )
+                nbytes = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+                if info.file_size < header + nbytes:
+                    raise BadInputError(
+                        f"{where}: {key}: header declares shape {tuple(shape)} ({nbytes} bytes) "
+                        f"but the member holds {info.file_size - header}"
+                    )
+                if nbytes > BOMB_MIN_BYTES and nbytes > BOMB_RATIO * max(1, info.compress_size):
+                    raise BadInputError(
+                        f"{where}: {key}: declares shape {tuple(shape)} ({nbytes / 2**30:.1f} GiB) "
+                        f"compressed into {info.compress_size / 2**20:.1f} MiB "
+                        f"(over {BOMB_RATIO}:1): not plausible data; refused before decompressing"
+                    )
+                avail = _mem_available()
+                if avail is not None and nbytes > avail:
+                    raise BadInputError(
+                        f"{where}: {key}: shape {tuple(shape)} needs {nbytes / 2**30:.1f} GiB, "
+                        f"more than the {avail / 2**30:.1f} GiB of free memory; store large "
+                        "galleries as .npy or Parquet shards (read in blocks)"
+                    )
+                shapes[key] = tuple(int(x) for x in shape)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise BadInputError(
+            f"{where}: archive: not a readable .npz file ({_one_line(err)})"
+        ) from None
+    for key in required:
+        if key not in shapes:
+            present = ", ".join(sorted(shapes)) or "none"
+            raise BadInputError(f"{where}: {key}: missing key (keys present: {present})")
+    emb = shapes.get("embeddings")
+    if emb is not None and len(emb) != 2:
+        raise BadInputError(f"{where}: embeddings: expected a 2-D array (n, d), got shape {emb}")
+
+
+@dataclass
+class Sidecar:
+    """What a ``.npy`` gallery keeps beside its matrix (see :mod:`compat.embeddings.formats`)."""
+
+    labels: np.ndarray | None
+    ids: np.ndarray | None
+    row_versions: np.ndarray | None
+    version: str | None
+    fingerprint: str | None
+    meta: dict[str, Any]
+
+
+def load_sidecar(path: str | os.PathLike[str], n: int) -> Sidecar:
+    """Read a ``.meta.npz`` sidecar of a gallery of ``n`` rows (every key optional)."""
+    p = Path(path)
+    where = str(p)
+    check_archive(p, where, required=())
+    try:
+        with np.load(p, allow_pickle=False) as npz:
+            raw = {key: npz[key] for key in npz.files if key in (*OPTIONAL_KEYS, "labels")}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise BadInputError(
+            f"{where}: archive: not a readable .npz file ({_one_line(err)})"
+        ) from None
+    labels = _labels(raw["labels"], where) if "labels" in raw else None
+    if labels is not None and labels.shape[0] != n:
+        raise BadInputError(f"{where}: labels: {labels.shape[0]} labels for {n} embedding rows")
+    ids = _strings(raw, "ids", where, n)
+    rv = _strings(raw, "row_versions", where, n)
+    meta = _meta(raw, where)
+    return Sidecar(
+        labels=labels,
+        ids=None if ids is None else np.asarray(ids, dtype=np.str_),
+        row_versions=None if rv is None else np.asarray(rv, dtype=np.str_),
+        version=_scalar_string(raw["version"], "version", where) if "version" in raw else None,
+        fingerprint=(
+            _scalar_string(raw["fingerprint"], "fingerprint", where)
+            if "fingerprint" in raw
+            else None
+        ),
+        meta=meta,
+    )
+
+
+def save_sidecar(path: str | os.PathLike[str], side: Sidecar) -> None:
+    """Write a ``.meta.npz`` sidecar atomically."""
+    arrays: dict[str, np.ndarray] = {}
+    if side.labels is not None:
+        arrays["labels"] = np.ascontiguousarray(side.labels, dtype=np.int64)
+    if side.ids is not None:
+        arrays["ids"] = np.asarray(side.ids, dtype=np.str_)
+    if side.row_versions is not None:
+        arrays["row_versions"] = np.asarray(side.row_versions, dtype=np.str_)
+    if side.version is not None:
+        arrays["version"] = np.asarray(side.version, dtype=np.str_)
+    if side.fingerprint is not None:
+        arrays["fingerprint"] = np.asarray(side.fingerprint, dtype=np.str_)
+    if side.meta:
+        arrays["meta"] = np.asarray(json.dumps(side.meta, sort_keys=True), dtype=np.str_)
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _meta(raw: dict[str, np.ndarray], where: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if "meta" in raw:
+        try:
+            meta = json.loads(_scalar_string(raw["meta"], "meta", where))
+        except json.JSONDecodeError as err:
+            raise BadInputError(f"{where}: meta: not a JSON object ({err.msg})") from None
+        if not isinstance(meta, dict):
+            raise BadInputError(f"{where}: meta: not a JSON object")
+    return meta
+
+
 def _validate(raw: dict[str, np.ndarray], where: str) -> EmbeddingBundle:
     for key in REQUIRED_KEYS:
         if key not in raw:
@@ -135,14 +287,7 @@ def _validate(raw: dict[str, np.ndarray], where: str) -> EmbeddingBundle:
         raise BadInputError(f"{where}: labels: {labels.shape[0]} labels for {n} embedding rows")
     ids = _strings(raw, "ids", where, n)
     row_versions = _strings(raw, "row_versions", where, n)
-    meta: dict[str, Any] = {}
-    if "meta" in raw:
-        try:
-            meta = json.loads(_scalar_string(raw["meta"], "meta", where))
-        except json.JSONDecodeError as err:
-            raise BadInputError(f"{where}: meta: not a JSON object ({err.msg})") from None
-        if not isinstance(meta, dict):
-            raise BadInputError(f"{where}: meta: not a JSON object")
+    meta = _meta(raw, where)
     version = _scalar_string(raw["version"], "version", where) if "version" in raw else None
     fp = _scalar_string(raw["fingerprint"], "fingerprint", where) if "fingerprint" in raw else None
     return EmbeddingBundle(

@@ -1,18 +1,23 @@
-"""Exact inner-product search, chunked so memory stays near gallery + queries + one score chunk.
+"""Exact inner-product search, chunked so memory stays near the queries plus one score block.
 
-On the CPU, top-k search is faiss's exact inner-product kernel (the one behind
-``faiss.IndexFlatIP.search``), called through ``faiss.knn`` so the gallery is not copied into
-an index first. On CUDA it is a torch fp32 matmul followed by ``topk``, one chunk of queries at a
-time, with TF32 switched off: compatibility criteria compare metrics that can differ by a
-fraction of a point, and reduced-precision scores reorder near-ties (docs/findings.md: bf16 changes
-top-1 for 2.5% of queries).
+Top-k search is a torch fp32 matmul into one reused score buffer followed by ``topk``, one block
+of the gallery and one chunk of queries at a time, on the CPU or on CUDA (TF32 switched off:
+compatibility criteria compare metrics that can differ by a fraction of a point, and
+reduced-precision scores reorder near-ties; docs/findings.md: bf16 changes top-1 for 2.5% of
+queries). On the CPU this reaches most of the plain matmul rate and over twice faiss's
+``IndexFlatIP`` (``benchmarks/bench_search.py``; docs/findings.md, "Search"). A gallery larger
+than one block (a memory-mapped ``.npy`` of any size) is read block by block and the running
+top-k merged, so memory is bounded by the score budget, not by the gallery.
 
 :func:`iter_scores` yields the full score matrix one query chunk at a time, for metrics that
 rank the whole gallery (mAP); :func:`pair_scores` scores aligned pairs (verification).
+Approximate indexes (IVF, HNSW, IVF-PQ) are :mod:`compat.embeddings.ann`.
 
-Ties: which of several equally scored gallery items is returned first is not specified (faiss
-and torch differ). Metrics never depend on that order: they rank from the scores themselves
-(see :mod:`compat.evaluate.metrics`).
+Ties: results are ordered by decreasing score, then by increasing gallery index, exactly as
+:func:`topk_reference` (a stable sort) orders them, whatever the chunking or device. The
+metrics never depend on that order: they rank from the scores themselves and break ties
+pessimistically (see :mod:`compat.evaluate.metrics`), so this rule only makes search results
+reproducible and comparable with a brute-force reference.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,9 +35,10 @@ from compat.errors import UsageError
 
 # Default budget for one chunk of scores (float32, chunk_rows x n_gallery).
 SCORE_CHUNK_BYTES = 256 << 20
-# faiss bounds its own working memory (blocks of 4096 queries x 1024 gallery rows), so on the
-# CPU a chunk only sets how often Python regains control; bigger chunks keep BLAS efficient.
-CPU_TOPK_CHUNK = 16384
+# A gallery block is shared by at least this many query rows (BLAS needs some rows to be
+# efficient); whole galleries up to SCORE_CHUNK_BYTES / (4 x MIN_QUERY_CHUNK) rows are one block.
+MIN_QUERY_CHUNK = 64
+MAX_QUERY_CHUNK = 4096
 
 
 def resolve_device(device: str | None = None) -> str:
@@ -89,50 +96,118 @@ def search(
     *,
     chunk_size: int | None = None,
     device: str | None = None,
+    budget_bytes: int = SCORE_CHUNK_BYTES,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` by inner product: ``(scores (nq, k) float32, indices (nq, k) int64)``.
 
-    Rows are sorted by decreasing score. ``k`` must be between 1 and the gallery size.
-    ``device``: ``"cpu"`` (faiss), ``"cuda"`` (torch), or ``None`` for CUDA when available.
+    Rows are sorted by decreasing score, ties by increasing gallery index (:func:`topk_reference`
+    is the brute-force definition). ``k`` must be between 1 and the gallery size. ``device``:
+    ``"cpu"``, ``"cuda"``/``"cuda:N"``, or ``None`` for CUDA when available. ``gallery`` may be a
+    memory-mapped array (``numpy.load(..., mmap_mode="r")``): it is read one block at a time.
+    Working memory stays near ``budget_bytes`` (one block of scores) plus the queries.
     """
-    q, g = _check_pair(queries, gallery)
+    q = _as_matrix(queries, "queries")
+    g = gallery if _is_float32_rows(gallery) else _as_matrix(gallery, "gallery")
+    if g.ndim != 2 or q.shape[1] != g.shape[1]:
+        raise ValueError(f"dimension mismatch: queries have d={q.shape[1]}, gallery {g.shape}")
+    if g.shape[0] == 0:
+        raise ValueError("the gallery is empty")
     if not 1 <= k <= g.shape[0]:
         raise ValueError(f"k={k} must be between 1 and the gallery size {g.shape[0]}")
     dev = resolve_device(device)
-    scores = np.empty((q.shape[0], k), dtype=np.float32)
-    indices = np.empty((q.shape[0], k), dtype=np.int64)
     if q.shape[0] == 0:
-        return scores, indices
-    if dev == "cpu":
-        import faiss
+        return np.empty((0, k), np.float32), np.empty((0, k), np.int64)
+    block, step = _blocks(g.shape[0], g.shape[1], budget_bytes, chunk_size)
+    return _search_torch(q, g, k, step, dev, block)
 
-        step = chunk_size or CPU_TOPK_CHUNK
-        for start in range(0, q.shape[0], step):
-            stop = min(start + step, q.shape[0])
-            d, i = faiss.knn(q[start:stop], g, k, metric=faiss.METRIC_INNER_PRODUCT)
-            scores[start:stop], indices[start:stop] = d, i
-        return scores, indices
 
-    return _search_torch(q, g, k, chunk_size or default_chunk_size(g.shape[0]), dev)
+def _is_float32_rows(x: Any) -> bool:
+    return (
+        isinstance(x, np.ndarray) and x.ndim == 2 and x.dtype == np.float32 and x.flags.c_contiguous
+    )
+
+
+def _blocks(ng: int, d: int, budget: int, chunk_size: int | None) -> tuple[int, int]:
+    """(gallery rows per block, query rows per chunk) so one score block fits in ``budget``.
+
+    Whole galleries up to ``budget / (4 x MIN_QUERY_CHUNK)`` rows are one block (the matmul
+    then runs with as many query rows as fit); larger ones are split so that at least
+    ``MIN_QUERY_CHUNK`` query rows share each block, keeping BLAS efficient."""
+    block = min(ng, max(1, budget // (4 * MIN_QUERY_CHUNK)))
+    step = chunk_size or max(1, min(MAX_QUERY_CHUNK, budget // (4 * block)))
+    return block, step
+
+
+def topk_reference(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force top-``k`` of a full score matrix: decreasing score, ties by smaller index.
+
+    The definition :func:`search` must reproduce exactly (a stable sort of ``-scores``)."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, axis=1).astype(np.float32), order.astype(np.int64)
+
+
+def _rank(vals: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best (score desc, index asc) of each row of candidate lists."""
+    order = np.lexsort((idx, -vals))[:, :k]
+    return np.take_along_axis(vals, order, axis=1), np.take_along_axis(idx, order, axis=1)
+
+
+def _block_topk(s: Any, k: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of each row of a torch score block (global indices, ties by index).
+
+    ``torch.topk`` returns tied scores in no specified order and may leave out a column tied
+    with the k-th; asking for k+1 shows where that can happen (the (k+1)-th equals the k-th),
+    and only those rows are ranked again over every column scoring at least the k-th."""
+    import torch
+
+    n = s.shape[1]
+    kk = min(k + 1, n)
+    top = torch.topk(s, kk, dim=1, largest=True, sorted=True)
+    vals, idx = top.values.cpu().numpy(), top.indices.cpu().numpy()
+    if kk > k:
+        for r in np.flatnonzero(vals[:, k] == vals[:, k - 1]).tolist():
+            row = s[r].cpu().numpy()
+            cand = np.flatnonzero(row >= vals[r, k - 1])
+            best = cand[np.lexsort((cand, -row[cand]))[:k]]
+            vals[r, :k], idx[r, :k] = row[best], best
+    v, i = _rank(vals[:, :k], idx[:, :k].astype(np.int64), k)
+    return v, i + offset
 
 
 def _search_torch(
-    q: np.ndarray, g: np.ndarray, k: int, step: int, dev: str
+    q: np.ndarray, g: np.ndarray, k: int, step: int, dev: str, block: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """torch matmul + topk per chunk of queries, the gallery moved to ``dev`` once."""
+    """torch matmul + exact top-k per (gallery block, query chunk); running best merged by
+    (score desc, index asc). The CPU and CUDA paths are this one function."""
     import torch
 
-    scores = np.empty((q.shape[0], k), dtype=np.float32)
-    indices = np.empty((q.shape[0], k), dtype=np.int64)
-    with _fp32_matmul():
-        g_dev = torch.from_numpy(g).to(dev)
-        for start in range(0, q.shape[0], step):
-            stop = min(start + step, q.shape[0])
-            q_dev = torch.from_numpy(q[start:stop]).to(dev, non_blocking=True)
-            top = torch.topk(q_dev @ g_dev.T, k, dim=1, largest=True, sorted=True)
-            scores[start:stop] = top.values.cpu().numpy()
-            indices[start:stop] = top.indices.cpu().numpy()
-    return scores, indices
+    ng = g.shape[0]
+    block = block or ng
+    best_v = np.full((q.shape[0], 0), -np.inf, dtype=np.float32)
+    best_i = np.zeros((q.shape[0], 0), dtype=np.int64)
+    q_all = torch.from_numpy(q)
+    with _fp32_matmul(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only (memory-mapped) galleries
+        out = None
+        for g0 in range(0, ng, block):
+            g_blk = torch.from_numpy(np.ascontiguousarray(g[g0 : g0 + block])).to(dev)
+            kb = min(k, g_blk.shape[0])
+            vs, is_ = [], []
+            for start in range(0, q.shape[0], step):
+                q_dev = q_all[start : start + step].to(dev, non_blocking=True)
+                rows = q_dev.shape[0]
+                if out is None or out.shape[1] != g_blk.shape[0] or out.shape[0] < rows:
+                    out = torch.empty((rows, g_blk.shape[0]), dtype=torch.float32, device=dev)
+                s = torch.mm(q_dev, g_blk.T, out=out[:rows])
+                v, i = _block_topk(s, kb, g0)
+                vs.append(v)
+                is_.append(i)
+            v, i = np.concatenate(vs), np.concatenate(is_)
+            if best_v.shape[1]:
+                best_v, best_i = _rank(np.hstack([best_v, v]), np.hstack([best_i, i]), k)
+            else:
+                best_v, best_i = v, i
+    return best_v.astype(np.float32, copy=False), best_i
 
 
 def iter_scores(

@@ -163,14 +163,17 @@ def _card_from_embeddings(
 ) -> tuple[EmbeddingsCard, dict[str, list[Path]], str]:
     """A card for a version known only by its embeddings of the evaluation set."""
     from compat.contracts.schema import load_contract
-    from compat.embeddings.bundle import load_bundle
+    from compat.embeddings.bundle import save_bundle
+    from compat.embeddings.formats import format_of, load_gallery
 
     if not contract_path.is_file():
         raise NotFoundError(
             f"{contract_path}: registering from embeddings needs the version's contract (dim, head, parent)"
         )
     contract = load_contract(contract_path)
-    b = load_bundle(bundle)
+    b = load_gallery(bundle)  # .npz, .npy or Parquet; registered as an .npz bundle
+    if format_of(bundle) != "npz":
+        bundle = save_bundle(Path(tempfile.mkdtemp(prefix="compat-emb-")) / f"{bundle.stem}.npz", b)
     dim = b.embeddings.shape[1]
     if dim != contract.embedding_dim:
         raise BadInputError(

@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from compat.backfill.apply import work_dir_for
-from compat.embeddings.bundle import load_bundle
+from compat.embeddings.bundle import Sidecar, save_sidecar
+from compat.embeddings.formats import load_gallery
 from compat.io import sha256_file
 from compat.models.upgrade import upgrade_array
 
@@ -23,46 +25,55 @@ from compat.models.upgrade import upgrade_array
 SLOW_CLI = Path(__file__).with_name("slow_backfill.py")
 
 
-def _cmd(root, out, *, slow=False):
+def _cmd(root, out, *, slow=False, gallery="g.npz"):
     entry = [str(SLOW_CLI)] if slow else ["-m", "compat.cli.main"]
     return [
         sys.executable, *entry, "backfill",
-        "--gallery", str(root / "g.npz"), "--from", "v1", "--to", "v2",
+        "--gallery", str(root / gallery), "--from", "v1", "--to", "v2",
         "--out", str(out), "--models", str(root / "models"),
         "--batch-size", "10", "--no-progress", "--json",
     ]  # fmt: skip
 
 
-def test_sigkill_then_rerun_resumes_and_matches(tmp_path, kit):
+@pytest.mark.parametrize(("src", "dst"), [("g.npz", "g2.npz"), ("g.npy", "g2")])
+def test_sigkill_then_rerun_resumes_and_matches(tmp_path, kit, src, dst):
     psi, _ = kit.make_psi(tmp_path / "models" / "v2" / "upgrade")
     gallery = kit.make_gallery(tmp_path / "g.npz", n=200)
-    digest = sha256_file(tmp_path / "g.npz")
-    out = tmp_path / "g2.npz"
+    if src == "g.npy":  # a memory-mapped matrix in, Parquet shards out
+        np.save(tmp_path / "g.npy", gallery.embeddings)
+        save_sidecar(tmp_path / "g.meta.npz", Sidecar(gallery.labels, None, None, "v1", None, {}))
+    digest = sha256_file(tmp_path / src)
+    out = tmp_path / dst
     work = work_dir_for(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     victim = subprocess.Popen(
-        _cmd(tmp_path, out, slow=True), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        _cmd(tmp_path, out, slow=True, gallery=src),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     deadline = time.time() + 120
     while time.time() < deadline and victim.poll() is None:
-        if len(list(work.glob("batch-*.npy"))) >= 3:
+        if len(list(work.glob("batch-*"))) >= 3:
             break
         time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL, victim.stderr.read().decode()[-2000:]
-    saved = len(list(work.glob("batch-*.npy")))
+    saved = len(list(work.glob("batch-*")))
     assert 3 <= saved < 20
     assert not out.exists()  # the output appears only when complete
-    assert not list(tmp_path.glob(".g2.npz.*.tmp"))
+    assert not list(tmp_path.glob(f".{dst}.*.tmp"))
 
-    done = subprocess.run(_cmd(tmp_path, out), env=env, capture_output=True, timeout=120)
+    done = subprocess.run(
+        _cmd(tmp_path, out, gallery=src), env=env, capture_output=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     result = json.loads(done.stdout)
     assert result["resumed_batches"] == saved and result["upgraded"] == 200
     assert "resuming" in done.stderr.decode()
-    got = load_bundle(out)
+    got = load_gallery(out)
     np.testing.assert_allclose(got.embeddings, upgrade_array(psi, gallery.embeddings), atol=1e-6)
     assert got.row_versions == ["v2"] * 200
     assert not work.exists()
-    assert sha256_file(tmp_path / "g.npz") == digest
+    assert sha256_file(tmp_path / src) == digest

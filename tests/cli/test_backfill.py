@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from compat.cli.main import app
 from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
+from compat.embeddings.formats import load_gallery
 from compat.io import sha256_file
 from compat.models.upgrade import UpgradeModule, save_upgrade
 
@@ -68,7 +69,7 @@ def test_partial_backfill_json(proj):
             "--batch-size", "4", "--no-progress")  # fmt: skip
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)
-    assert (res["upgraded"], res["remaining"], res["batches"]) == (7, 23, 2)
+    assert (res["upgraded"], res["remaining"], res["batches"]) == (7, 23, 8)  # blocks of the file
     assert load_bundle("g2.npz").row_versions.count("v2") == 7
 
 
@@ -101,3 +102,24 @@ def test_usage_errors_exit_2(proj):
     _one_line_error(cli(*BASE[:6], "--out", "g.npz"), 2, "is the input gallery")
     _one_line_error(cli(*BASE, "--order", "newest"), 2, "--order 'newest'")
     assert cli(*BASE, "--fraction", "1.5").exit_code == 2
+
+
+def test_unwritable_out_exit_2_one_line(proj):
+    Path("afile").write_text("x")
+    _one_line_error(cli(*BASE[:6], "--out", "afile/g2.npz"), 2, "afile is a file, not a folder")
+    _one_line_error(cli(*BASE[:6], "--out", "/proc/g2.npz"), 2, "--out /proc/g2.npz")
+    _one_line_error(cli(*BASE[:6], "--out", "/proc/self/g2"), 2, "--out /proc/self/g2")
+    _one_line_error(cli(*BASE[:6], "--out", "g2.h5"), 2, "unknown gallery format '.h5'")
+    _one_line_error(cli(*BASE, "--engine", "spark"), 2, "--engine 'spark'")
+    assert not list(Path().glob(".g2*"))
+
+
+def test_backfill_to_parquet_and_npy_and_back(proj):
+    assert cli(*BASE[:6], "--out", "shards", "--no-progress").exit_code == 0
+    assert sorted(p.name for p in Path("shards").iterdir()) == [
+        "_compat.json", "batch-000000.parquet"
+    ]  # fmt: skip
+    r = cli("--gallery", "shards", "--from", "v1", "--to", "v2", "--out", "g3.npy")
+    assert r.exit_code == 0, r.output  # every row is in v2 already: nothing to do, copied
+    assert Path("g3.npy").is_file() and Path("g3.meta.npz").is_file()
+    np.testing.assert_array_equal(np.load("g3.npy"), load_gallery("shards").embeddings)

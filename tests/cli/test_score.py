@@ -157,3 +157,53 @@ def test_help_documents_pairs_and_non_mated_probes():
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())
     assert "non-mated" in text and "--max-pairs" in text and "genuine" in text
+
+
+def test_npy_and_parquet_galleries_score_like_npz(files):
+    from compat.embeddings.bundle import Sidecar, load_bundle, save_sidecar
+    from compat.embeddings.formats import write_shard
+
+    q, g, tmp = files
+    b = load_bundle(g)
+    np.save(tmp / "g.npy", b.embeddings)
+    save_sidecar(tmp / "g.meta.npz", Sidecar(b.labels, None, None, None, None, {}))
+    (tmp / "shards").mkdir()
+    ids = np.array([f"r{i}" for i in range(len(b))])
+    write_shard(tmp / "shards" / "a.parquet", ids[:25], b.embeddings[:25], b.labels[:25], None)
+    write_shard(tmp / "shards" / "b.parquet", ids[25:], b.embeddings[25:], b.labels[25:], None)
+    want = json.loads(runner.invoke(app, ["score", "-q", q, "-g", g, "--json"]).stdout)
+    for other in (tmp / "g.npy", tmp / "shards"):
+        r = runner.invoke(app, ["score", "-q", q, "-g", str(other), "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout) == want
+
+
+def test_index_reports_recall_against_exact_search(files):
+    q, g, _ = files
+    r = runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "--index", "flat"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["index.recall@10"] == 1.0 and data["index.spec"] == "flat"
+    assert list(data)[: len(KEYS)] == KEYS  # the metrics stay exact and first
+    r = runner.invoke(app, ["score", "-q", q, "-g", g, "--index", "ivf",
+                            "--index-param", "nlist=1", "--index-param", "nprobe=1"])  # fmt: skip
+    assert r.exit_code == 0, r.output  # one cell scanned whole: exact
+    assert "index ivf(nlist=1,nprobe=1,train=60): recall@10 1.0000 against exact" in r.stdout
+    r = runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "--index", "hnsw"])
+    assert 0.5 < json.loads(r.stdout)["index.recall@10"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (["--index", "lsh"], 2, "--index 'lsh': unknown; known: flat, ivf, hnsw, ivfpq"),
+        (["--index", "ivf", "--index-param", "M=3"], 2, "ivf takes key=value with key in"),
+        (["--index", "ivf", "--index-param", "nlist=x"], 2, "'x' is not an integer"),
+        (["--index", "ivf", "--index-param", "nlist=500"], 4, "60 training rows for 500 cells"),
+    ],
+)
+def test_index_errors(files, args, code, text):
+    q, g, _ = files
+    r = runner.invoke(app, ["score", "-q", q, "-g", g, *args])
+    assert r.exit_code == code, r.output
+    assert text in r.stderr and "Traceback" not in r.output

@@ -58,7 +58,7 @@ def test_torch_path_logic_on_cpu():
     rng = np.random.default_rng(3)
     q = rng.integers(-1, 2, (17, 4)).astype(np.float32)
     g = rng.integers(-1, 2, (25, 4)).astype(np.float32)
-    scores, idx = S._search_torch(q, g, 6, 5, "cpu")
+    scores, idx = S._search_torch(q, g, 6, 5, "cpu", 11)
     _check_topk(q, g, 6, scores, idx)
     full = np.concatenate([c for _, c in S._iter_scores_torch(q, g, 4, "cpu")])
     np.testing.assert_allclose(full, q @ g.T, atol=1e-6)
@@ -141,3 +141,50 @@ def test_cuda_search_matches_cpu_in_fp32():
     assert (i_gpu[:, 0] == i_cpu[:, 0]).mean() > 0.999
     full = np.concatenate([c for _, c in S.iter_scores(q, g, device="cuda")])
     np.testing.assert_allclose(full, q @ g.T, atol=1e-4)
+
+
+@pytest.mark.parametrize(("budget", "chunk"), [(None, None), (4 * 64 * 7, None), (4 * 64 * 7, 5)])
+def test_search_equals_the_stable_sort_reference_ties_included(budget, chunk):
+    """Exact top-k, ties by smaller gallery index, across gallery blocks and query chunks."""
+    rng = np.random.default_rng(7)
+    q = rng.integers(-1, 2, (37, 4)).astype(np.float32)  # integer products: exact ties
+    g = rng.integers(-1, 2, (53, 4)).astype(np.float32)
+    g[40:] = g[:13]  # duplicated rows: ties straddle block boundaries
+    kw = {"budget_bytes": budget} if budget else {}
+    for k in (1, 5, 12, 53):
+        s, i = S.search(q, g, k, chunk_size=chunk, device="cpu", **kw)
+        rs, ri = S.topk_reference(q @ g.T, k)
+        np.testing.assert_array_equal(i, ri)
+        np.testing.assert_array_equal(s, rs)
+
+
+def test_search_reads_a_memory_mapped_gallery_in_blocks(tmp_path):
+    rng = np.random.default_rng(8)
+    g = rng.integers(-2, 3, (300, 8)).astype(np.float32)
+    q = rng.integers(-2, 3, (20, 8)).astype(np.float32)
+    np.save(tmp_path / "g.npy", g)
+    mm = np.load(tmp_path / "g.npy", mmap_mode="r")
+    s, i = S.search(q, mm, 10, device="cpu", budget_bytes=4 * 64 * 50)  # blocks of 50 rows
+    rs, ri = S.topk_reference(q @ g.T, 10)
+    np.testing.assert_array_equal(i, ri)
+    np.testing.assert_array_equal(s, rs)
+
+
+def test_topk_reference_breaks_ties_by_index():
+    scores = np.array([[1.0, 2.0, 2.0, 0.5, 2.0]], dtype=np.float32)
+    s, i = S.topk_reference(scores, 3)
+    assert i.tolist() == [[1, 2, 4]] and s.tolist() == [[2.0, 2.0, 2.0]]
+
+
+@pytest.mark.gpu
+def test_cuda_search_equals_the_reference():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    rng = np.random.default_rng(9)
+    q = rng.integers(-1, 2, (500, 16)).astype(np.float32)
+    g = rng.integers(-1, 2, (20_000, 16)).astype(np.float32)
+    s, i = S.search(q, g, 10, device="cuda")
+    rs, ri = S.topk_reference(q @ g.T, 10)
+    np.testing.assert_array_equal(i, ri)
+    np.testing.assert_array_equal(s, rs)
