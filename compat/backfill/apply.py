@@ -71,6 +71,7 @@ class BackfillResult:
     resumed_batches: int  # batches found finished from an interrupted run
     psi_weights_sha256: str
     seconds: float
+    refused: str | None = None  # psi was refused when fitted: nothing upgraded, nothing written
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,6 +229,25 @@ def backfill(
     check_rows(versions, source, target, where)
     n_source = int((versions == source).sum())
     _check_psi(card, source, target, reader.dim if n_source else None, psi_where)
+    if card.is_refused:
+        # The upgrade stage saved the identity because psi did not beat the gallery left alone:
+        # relabelling unchanged rows as `target` would misstate where they came from.
+        say(f"backfill: no upgrade: psi {source} -> {target} was refused when fitted")
+        return BackfillResult(
+            gallery=str(gallery_path),
+            out=str(out_path),
+            source=source,
+            target=target,
+            total=reader.n,
+            upgraded=0,
+            already=int(reader.n - n_source),
+            remaining=n_source,
+            batches=0,
+            resumed_batches=0,
+            psi_weights_sha256=card.weights_sha256,
+            seconds=time.perf_counter() - started,
+            refused=card.refused.reason,
+        )
     if n_source:
         _check_cache_key(reader.meta, card, where, psi_where)
     if fraction >= 1.0:  # every --from row: no ranking needed (O(n) index arrays saved)

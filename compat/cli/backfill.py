@@ -98,6 +98,12 @@ def backfill(
         if as_json:
             sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
             return
+        if result.refused is not None:
+            print(
+                f"backfill: no upgrade: psi {source} -> {target} was refused when it was fitted "
+                f"({result.refused}); {result.remaining} rows stay in {source}; {out} not written"
+            )
+            return
         resumed = (
             f", resumed after {result.resumed_batches} batches" if result.resumed_batches else ""
         )

@@ -123,3 +123,19 @@ def test_backfill_to_parquet_and_npy_and_back(proj):
     assert r.exit_code == 0, r.output  # every row is in v2 already: nothing to do, copied
     assert Path("g3.npy").is_file() and Path("g3.meta.npz").is_file()
     np.testing.assert_array_equal(np.load("g3.npy"), load_gallery("shards").embeddings)
+
+
+def test_refused_psi_upgrades_nothing_and_writes_nothing(proj):
+    from compat.models.card import read_upgrade_card, write_upgrade_card
+
+    folder = proj / "models" / "v2" / "upgrade"
+    card = read_upgrade_card(folder)
+    refused = {"reason": "held-out top-1 0.40 with psi against 0.45 without it",
+               "metric": "top1", "psi": 0.40, "backward": 0.45}  # fmt: skip
+    write_upgrade_card(folder, card.model_copy(update={"refused": refused}))
+    r = cli(*BASE, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "no upgrade: psi v1 -> v2 was refused" in r.stdout and "0.45 without it" in r.stdout
+    assert not (proj / "g2.npz").exists()
+    res = json.loads(cli(*BASE, "--no-progress", "--json").stdout)
+    assert (res["upgraded"], res["remaining"]) == (0, 30) and res["refused"].startswith("held-out")
