@@ -302,6 +302,11 @@ class Incremental(_Scenario):
     ``cumulative`` a second set ``<prefix><t>-all`` holds *every* image of every class seen up to
     task t (no replay limit): what a replacement model, trained from scratch on all data seen so
     far, learns from. Both sets of task t share its class order.
+
+    With ``pretrain`` > 0 the first ``pretrain`` classes of the pool form one more set,
+    ``pretrain_name`` (every image of each), on which the starting model and the improved
+    replacement models are pre-trained (the d-Simplex/HOC paper's IAM-CL2R protocol): its classes
+    are disjoint from every task's (and, as every training class, from the evaluation classes).
     """
 
     kind: Literal["incremental"]
@@ -314,6 +319,10 @@ class Incremental(_Scenario):
         default_factory=list,
         description="tasks (1-based) that also get '<prefix><t>-all': all images seen so far",
     )
+    pretrain: int = Field(
+        0, ge=0, description="classes of a pre-training set disjoint from every task (0: none)"
+    )
+    pretrain_name: str = "pretrain"
 
     @model_validator(mode="after")
     def _check(self) -> Incremental:
@@ -322,22 +331,29 @@ class Incremental(_Scenario):
             raise ValueError(f"cumulative: tasks must lie in 1..{self.tasks}, got {bad}")
         if len(set(self.cumulative)) != len(self.cumulative):
             raise ValueError("cumulative: a task is listed twice")
+        tasks = {f"{self.prefix}{t}" for t in range(1, self.tasks + 1)}
+        if self.pretrain and (self.pretrain_name in tasks or self.pretrain_name.endswith("-all")):
+            raise ValueError(f"pretrain_name: {self.pretrain_name!r} is a task's name")
         return self
 
     def task_names(self) -> list[str]:
         return [f"{self.prefix}{t}" for t in range(1, self.tasks + 1)]
 
     def names(self) -> list[str]:
-        return self.task_names() + [f"{self.prefix}{t}-all" for t in sorted(self.cumulative)]
+        pre = [self.pretrain_name] if self.pretrain else []
+        return pre + self.task_names() + [f"{self.prefix}{t}-all" for t in sorted(self.cumulative)]
 
     def assign(self, pool: Pool) -> TrainSets:
         classes = list(pool)
-        need = self.initial + self.per_task * (self.tasks - 1)
+        need = self.pretrain + self.initial + self.per_task * (self.tasks - 1)
         if need > len(classes):
             raise ValueError(
                 f"incremental needs {need} training classes, the pool has {len(classes)}"
             )
         out: TrainSets = {}
+        if self.pretrain:
+            pre, classes = classes[: self.pretrain], classes[self.pretrain :]
+            out[self.pretrain_name] = ([i for c in pre for i in pool[c]], pre)
         seen: list[str] = []
         for t, name in enumerate(self.task_names()):
             lo = 0 if t == 0 else self.initial + self.per_task * (t - 1)
@@ -363,6 +379,13 @@ class Incremental(_Scenario):
                 Subset(a=prev, b=cur, unit="classes", why=why),
                 ClassPrefix(a=prev, b=cur, why=why),
                 Replay(a=cur, earlier=prev, memory=self.memory, why=why),
+            ]
+        if self.pretrain:
+            pre, why = self.pretrain_name, "pretrain"
+            out += [
+                ClassCount(a=pre, why=why, count=self.pretrain),
+                ItemsPerClass(a=pre, why=why),
+                *(Disjoint(a=pre, b=task, unit="classes", why=why) for task in tasks),
             ]
         why = "cumulative"
         for t in sorted(self.cumulative):

@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -57,6 +57,11 @@ class EvaluateConfig(BaseModel):
     device: str | None = Field(None, description="cpu, cuda, cuda:N; default: CUDA if present")
     top_k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1)
     map_k: int = Field(100, ge=1)
+    gallery: Literal["instance", "template"] = Field(
+        "instance",
+        description="identification searches every gallery item (instance) or one template per "
+        "class, the mean of its gallery embeddings re-normalised (template)",
+    )
     far: list[float] = Field(default_factory=lambda: [0.1, 0.01, 0.001], min_length=1)
     fpir: list[float] = Field(default_factory=lambda: [0.1, 0.01], min_length=1)
     cmc_ranks: int = Field(20, ge=1, description="ranks in the CMC plot data")
@@ -137,6 +142,7 @@ class EvaluateConfig(BaseModel):
         return {
             "ks": tuple(self.top_k),
             "map_k": self.map_k,
+            "gallery": self.gallery,
             "cmc_ranks": self.cmc_ranks,
             "fars": tuple(self.far),
             "fpirs": tuple(self.fpir),

@@ -6,7 +6,10 @@ bootstrap resamples (:meth:`ProtocolResult.resample`): per query for identificat
 for open-set, per pair for verification.
 
 * ``identification`` (closed-set 1:N): CMC top-1/5/10, mAP, mAP@100. Queries whose identity
-  has no gallery item are skipped.
+  has no gallery item are skipped. ``gallery="instance"`` (default) searches every gallery
+  embedding; ``gallery="template"`` searches one template per class, the mean of the class's
+  gallery embeddings re-normalised to unit length (:func:`template_gallery`; the template-based
+  1:N protocol of the d-Simplex/HOC paper's evaluation and of BCT's IJB-C protocols).
 * ``open-set`` (1:N with non-mated probes): TPIR at FPIR 0.1 and 0.01. A probe is *mated* when
   its identity has a gallery item, *non-mated* otherwise.
 * ``verification`` (1:1): TAR at FAR 0.1, 0.01, 0.001 over pairs (a, b) where a is embedded by
@@ -39,6 +42,7 @@ from compat.embeddings.search import iter_scores, pair_scores
 from compat.evaluate import metrics as M
 
 DEFAULT_MAX_PAIRS = 1_000_000
+GALLERIES = ("instance", "template")  # what identification searches: every item, or per class
 
 
 class ProtocolResult(ABC):
@@ -203,11 +207,18 @@ class Identification(Protocol):
     uses_ranking = True
 
     def __init__(
-        self, ks: Sequence[int] = M.TOP_KS, map_k: int = M.MAP_K, cmc_ranks: int = 20
+        self,
+        ks: Sequence[int] = M.TOP_KS,
+        map_k: int = M.MAP_K,
+        cmc_ranks: int = 20,
+        gallery: str = "instance",
     ) -> None:
         self.ks = tuple(int(k) for k in ks)
         self.map_k = int(map_k)
         self.cmc_ranks = int(cmc_ranks)
+        if gallery not in GALLERIES:
+            raise ValueError(f"gallery must be one of {', '.join(GALLERIES)}, got {gallery!r}")
+        self.gallery = gallery
 
     def metric_names(self) -> list[str]:
         return [*(M.top_key(k) for k in self.ks), "mAP", M.map_at_key(self.map_k)]
@@ -359,6 +370,23 @@ def create_protocols(names: Iterable[str], **options: Any) -> list[Protocol]:
 # ------------------------------------------------------------------ shared ranking
 
 
+def template_gallery(gallery: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One template per gallery class: the mean of its embeddings, re-normalised to unit length.
+
+    The template-based gallery of the d-Simplex/HOC paper's 1:N evaluation (Biondi et al.,
+    CVPR'24) and of BCT's IJB-C protocols (Shen et al., CVPR'20). Returns (templates, labels),
+    classes in sorted label order; a class whose mean is the zero vector keeps it (it then
+    scores 0 against every query).
+    """
+    g = np.asarray(gallery)
+    classes, inverse = np.unique(np.asarray(labels), return_inverse=True)
+    sums = np.zeros((classes.size, g.shape[1]), dtype=np.float64)
+    np.add.at(sums, inverse.reshape(-1), g.astype(np.float64))
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)  # the mean's direction is the sum's
+    templates = sums / np.where(norms > 0, norms, 1.0)
+    return templates.astype(g.dtype if g.dtype.kind == "f" else np.float32), classes
+
+
 def ranking(
     query: np.ndarray,
     query_labels: np.ndarray,
@@ -419,9 +447,34 @@ def evaluate_sets(
     out: dict[str, ProtocolResult] = {}
     stats = None
     for p in protocols:
-        if p.uses_ranking:
+        if isinstance(p, Identification) and p.gallery == "template":
+            if exclude is not None and (np.asarray(exclude) >= 0).any():
+                raise ValueError(
+                    "identification with a template gallery needs queries that are not "
+                    "gallery items (a query would be part of its own class template)"
+                )
+            templates, template_labels = template_gallery(gallery, gallery_labels)
+            out[p.name] = p.from_ranking(
+                ranking(
+                    query,
+                    query_labels,
+                    templates,
+                    template_labels,
+                    map_k=p.map_k,
+                    chunk_size=chunk_size,
+                    device=device,
+                )
+            )
+        elif p.uses_ranking:
             if stats is None:
-                map_k = next((q.map_k for q in protocols if isinstance(q, Identification)), 100)
+                map_k = next(
+                    (
+                        q.map_k
+                        for q in protocols
+                        if isinstance(q, Identification) and q.gallery == "instance"
+                    ),
+                    100,
+                )
                 stats = ranking(
                     query,
                     query_labels,

@@ -71,13 +71,16 @@ def class_order(classes: Sequence[str], head: str, parent_card: ModelCard | None
     """The head's class order: the manifest's, except that a dsimplex head extends its parent's.
 
     A d-Simplex vertex is a class's identity across versions, so classes the parent knew keep
-    their vertex (index) and new classes take the next free ones, in sorted order.
+    their vertex (index) and new classes take the next free ones, in the manifest's order (the
+    order the scenario introduced them: a class-incremental task's classes follow the earlier
+    tasks', so a model replacement that starts from a pre-trained model gives every task class
+    the vertex the fine-tuned chain gave it).
     """
     if head != "dsimplex" or parent_card is None or parent_card.head != "dsimplex":
         return list(classes)
     inherited = parent_card.class_names
     known = set(inherited)
-    return inherited + sorted(c for c in classes if c not in known)
+    return inherited + [c for c in classes if c not in known]
 
 
 def _parent_folder(models_dir: Path, parent: str) -> Path:

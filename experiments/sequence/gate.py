@@ -54,8 +54,12 @@ def write_contracts(chain: list[str], models: Path, contracts: Path) -> list[Pat
     for k, version in enumerate(chain):
         card = read_model_card(models / version)
         if k and card.parent != chain[k - 1]:
+            # A version started from a pre-trained model (task 1, a replacement) has that model
+            # as its card's parent; the registry checks contracts against cards, so gating it
+            # would need the pre-trained models registered and gated as its parents.
             raise SystemExit(
-                f"error: {version}: card parent {card.parent!r}, chain says {chain[k - 1]!r}"
+                f"error: {version}: card parent {card.parent!r}, chain says {chain[k - 1]!r}; "
+                "gate.py gates chains whose versions continue each other"
             )
         path = contracts / f"{version}.yaml"
         path.write_text(yaml.safe_dump(contract_for(version, card, chain[:k]), sort_keys=False))

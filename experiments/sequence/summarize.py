@@ -1,10 +1,12 @@
 """DVC stage ``summary``: the methods side by side.
 
-Reads ``metrics/<method>/compat.json`` for every method of evaluate.yaml (what
-``stages/evaluate.py`` wrote) and params.yaml ``train`` (to mark the replaced tasks); writes
-``metrics/summary.json`` (AC, AA, BC, FC per method, protocol and metric) and
-``plots/summary.png`` (each method's identification top-1 matrix, lower triangle, with its
-sequence metrics in the title), and prints a Markdown table of both.
+Reads ``metrics/<section>/compat.json`` for every section of evaluate.yaml (what
+``stages/evaluate.py`` wrote; one per method and identification gallery: ``hoc`` searches
+every gallery item, ``hoc-template`` one template per class) and params.yaml ``train`` (to mark
+the replaced tasks); writes ``metrics/summary.json`` (AC, AA, BC, FC per section, protocol and
+metric; AA before and with each replacement) and one figure per gallery, ``plots/summary.png``
+(instance) and ``plots/summary-template.png`` (each method's identification top-1 matrix, lower
+triangle, with its sequence metrics in the title), and prints a Markdown table of each.
 
 A formatter over the evaluate stage's reports, which the comparison engine
 (:mod:`compat.compare`) made: the matrices are read back with
@@ -29,11 +31,15 @@ from compat.compare import matrix as mx
 from compat.io import write_json
 
 
-def replaced(train: dict[str, Any]) -> set[str]:
-    """Versions trained from scratch although they have a parent: the model replacements."""
-    return {
-        v for v, c in train.items() if c.get("parent") and c.get("init", "scratch") == "scratch"
-    }
+def replaced(train: dict[str, Any], chain: list[str]) -> set[str]:
+    """The model replacements of ``chain``: versions that do not continue the previous one
+    (another parent, e.g. a pre-trained model, or trained from scratch although they have one)."""
+    out = set()
+    for k, v in enumerate(chain[1:], start=1):
+        cfg = train.get(v, {})
+        if cfg.get("parent") != chain[k - 1] or cfg.get("init", "scratch") == "scratch":
+            out.add(v)
+    return out
 
 
 def matrix(report: dict[str, Any], protocol: str, metric: str) -> np.ndarray:
@@ -99,7 +105,7 @@ def markdown(reports: dict[str, Any], marks: set[str], protocol: str, metric: st
             ]
             lines.append(f"| {q} | " + " | ".join(cells) + " |")
     if marks:
-        lines += ["", "\\* a replacement: trained from scratch on every class seen so far."]
+        lines += ["", "\\* a replacement: a model that does not continue the previous version."]
     return "\n".join(lines)
 
 
@@ -154,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", default="identification")
     parser.add_argument("--metric", default="top1")
     args = parser.parse_args(argv)
-    methods = list(yaml.safe_load(Path("evaluate.yaml").read_text()))
+    sections = yaml.safe_load(Path("evaluate.yaml").read_text())
     train = yaml.safe_load(Path("params.yaml").read_text()).get("train", {})
-    marks = replaced(train)
+    marks = set().union(*(replaced(train, s["chain"]) for s in sections.values()))
     reports = {}
-    for method in methods:
+    for method in sections:
         path = Path("metrics") / method / "compat.json"
         if not path.is_file():
             print(f"error: {path}: not found; run the evaluate stage first", file=sys.stderr)
@@ -174,8 +180,14 @@ def main(argv: list[str] | None = None) -> int:
             },
         }
     write_json("metrics/summary.json", summary)
-    plot(reports, marks, args.protocol, args.metric, Path("plots/summary.png"))
-    print(markdown(reports, marks, args.protocol, args.metric))
+    galleries: dict[str, dict[str, Any]] = {}
+    for name, section in sections.items():
+        galleries.setdefault(section.get("gallery", "instance"), {})[name] = reports[name]
+    for gallery, group in galleries.items():
+        png = "summary.png" if gallery == "instance" else f"summary-{gallery}.png"
+        plot(group, marks, args.protocol, args.metric, Path("plots") / png)
+        print(f"\n### {gallery} gallery\n")
+        print(markdown(group, marks, args.protocol, args.metric))
     return 0
 
 

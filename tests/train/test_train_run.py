@@ -150,6 +150,8 @@ def test_dsimplex_class_order_extends_the_parent():
     parent = ModelCard(backbone="tiny", dim=8, in_channels=1, image_size=8, pooling="avg",
                        weights_sha256="0" * 64, head="dsimplex", classes=["k", "b"])  # fmt: skip
     assert class_order(["a", "b", "k", "z"], "dsimplex", parent) == ["k", "b", "a", "z"]
+    # new classes keep the manifest's (introduction) order, not a sorted one
+    assert class_order(["z", "b", "a"], "dsimplex", parent) == ["k", "b", "z", "a"]
     assert class_order(["a", "b"], "cosface", parent) == ["a", "b"]
     assert class_order(["a", "b"], "dsimplex", None) == ["a", "b"]
 
