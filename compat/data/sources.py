@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from compat.data.config import DataParams, EmbeddedData, FolderData, ManifestData
 from compat.errors import BadInputError, NotFoundError
@@ -105,6 +105,11 @@ class Source:
 def read_image(path: Path, size: int, channels: int) -> np.ndarray:
     """Decode one image file into uint8 (size, size, channels); a corrupt file names itself.
 
+    The image is turned upright by its EXIF orientation tag (phones store photos rotated and
+    say so there), converted to 8-bit L or RGB by :func:`_to_mode`, then resized to
+    ``size`` x ``size`` with Pillow's bilinear filter (antialiased when shrinking). The aspect
+    ratio is not kept: a non-square image is squashed, neither cropped nor padded.
+
     An image over :data:`MAX_IMAGE_PIXELS` is refused from its header, before any pixel is
     decoded (a few-kB PNG can declare gigapixels: a decompression bomb).
     """
@@ -120,7 +125,7 @@ def read_image(path: Path, size: int, channels: int) -> np.ndarray:
                     f"{path}: image is {width} x {height} = {width * height} pixels, over the "
                     f"cap of {MAX_IMAGE_PIXELS} (decompression bomb?)"
                 )
-            img = img.convert("L" if channels == 1 else "RGB")
+            img = _to_mode(ImageOps.exif_transpose(img), "L" if channels == 1 else "RGB")
             if img.size != (size, size):
                 img = img.resize((size, size), Image.Resampling.BILINEAR)
             arr = np.asarray(img, dtype=np.uint8)
@@ -134,6 +139,34 @@ def read_image(path: Path, size: int, channels: int) -> np.ndarray:
     except (UnidentifiedImageError, OSError, ValueError) as err:
         raise BadInputError(f"{path}: unreadable or corrupt image ({err})") from None
     return arr[:, :, None] if channels == 1 else arr
+
+
+# How a file becomes pixels, before resizing: part of a folder or manifest source's fingerprint,
+# so a change here re-keys everything computed from the pixels.
+DECODE_ID = "exif-upright/alpha-over-white/16bit-scaled"
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def _to_mode(img: Image.Image, mode: str) -> Image.Image:
+    """``img`` as 8-bit ``mode`` ("L" or "RGB"), without Pillow's lossy shortcuts.
+
+    - transparency (an alpha channel, or a palette or colour key marked transparent) is
+      composited over white: Pillow's plain ``convert`` would drop the alpha and keep whatever
+      colour the transparent pixels happen to store (often black, so black strokes on a
+      transparent background would load as an all-black square);
+    - 16-bit greyscale (modes ``I;16*`` and ``I``, e.g. a 16-bit PNG) is scaled to 8 bits
+      (v * 255 / 65535, rounded; values outside 0..65535 clipped): Pillow's ``convert`` clips
+      it at 255 instead, turning most of the image white;
+    - everything else (CMYK, YCbCr, palette, 1-bit, L <-> RGB) is Pillow's ``convert`` (ITU-R
+      601-2 luma for RGB -> L; no ICC colour management).
+    """
+    if img.mode in _SIXTEEN_BIT:
+        wide = np.asarray(img).astype(np.int64).clip(0, 65535)
+        img = Image.fromarray(((wide * 255 + 32767) // 65535).astype(np.uint8), "L")
+    if img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return img if img.mode == mode else img.convert(mode)
 
 
 def _check_images(root: Path, items: list[Item], size: int, channels: int) -> str:
@@ -290,7 +323,14 @@ def build_source(params: DataParams, out_dir: str | os.PathLike[str] = "data") -
             scan_folder(params) if isinstance(params, FolderData) else read_manifest(params)
         )
         digest = _check_images(root, items, params.size, params.channels)
-        fp = fingerprint({"content": digest, "size": params.size, "channels": params.channels})
+        fp = fingerprint(
+            {
+                "content": digest,
+                "size": params.size,
+                "channels": params.channels,
+                "decode": DECODE_ID,
+            }
+        )
         meta.update(fingerprint=fp, root=os.path.relpath(root.resolve(), out.resolve()))
     meta["items"] = [[it.id, it.label, it.group] for it in items]
     write_json(out / SOURCE_FILE, meta, indent=None)
