@@ -232,7 +232,6 @@ def backfill(
     if card.is_refused:
         # The upgrade stage saved the identity because psi did not beat the gallery left alone:
         # relabelling unchanged rows as `target` would misstate where they came from.
-        say(f"backfill: no upgrade: psi {source} -> {target} was refused when fitted")
         return BackfillResult(
             gallery=str(gallery_path),
             out=str(out_path),
