@@ -223,7 +223,7 @@ def test_every_declared_plot_renders(committed: Path):
 
 def _readme_exp_show() -> str:
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    lines = [line for line in text.splitlines() if line.startswith("dvc exp show")]
+    lines = [line for line in text.splitlines() if line.startswith("dvc exp show --hide-queued")]
     assert len(lines) == 1, lines
     return lines[0]
 

@@ -93,7 +93,9 @@ def test_gate_registers_promotes_and_shows_every_pair(
     assert pairs[("hoc-t3", "hoc-t1")]["kind"] == "transitive"
     for p in pairs.values():
         assert p["verdict"] in ("pass", "fail"), p  # every pair was checked
-        assert any(c.startswith("identification.top1 ") for c in p["checks"]), p
+        assert any(
+            (c["protocol"], c["metric"]) == ("identification", "top1") for c in p["checks"]
+        ), p
     assert result["production"] in ("hoc-t1", "hoc-t2", "hoc-t3")
 
 
