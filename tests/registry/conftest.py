@@ -110,6 +110,19 @@ class Project:
         path.write_text(contract(version, **kw))
         return path
 
+    def register(
+        self, version: str, parent: str | None = None, noise: float = 0.8, seed: int = 2
+    ) -> None:
+        """Write ``version``'s contract and bundle and register it through the CLI (exit 0)."""
+        from typer.testing import CliRunner
+
+        from compat.cli.main import app
+
+        self.contract(version, parent=parent)
+        bundle = self.bundle(version, self.embeddings(noise, seed))
+        r = CliRunner().invoke(app, ["register", version, "--embeddings", str(bundle)])
+        assert r.exit_code == 0, r.output
+
 
 @pytest.fixture(scope="session")
 def registry_template(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -19,13 +19,6 @@ def cli(*args: str):
     return runner.invoke(app, list(args))
 
 
-def _register(project, name, parent=None, noise=0.8, seed=2):
-    project.contract(name, parent=parent)
-    b = project.bundle(name, project.embeddings(noise, seed))
-    r = cli("register", name, "--embeddings", str(b))
-    assert r.exit_code == 0, r.output
-
-
 def test_lines_skip_a_torn_tail_but_keep_a_whole_record_without_newline(tmp_path):
     log = PromotionLog(tmp_path)
     log.append({"id": "a", "state": "pending", "to": "v1"})
@@ -130,7 +123,7 @@ def test_every_truncation_of_the_last_record_is_repaired_and_recovered(tmp_path)
 def test_truncations_against_the_real_store_and_cli(project):
     """The same on the embedded MLflow store, read back with ``compat log --json``."""
     for name, parent in (("v1", None), ("v2", "v1"), ("v3", "v2")):
-        _register(project, name, parent=parent, noise=1.5 if parent is None else 0.8)
+        project.register(name, parent=parent, noise=1.5 if parent is None else 0.8)
     reg = Registry()
     head, last = _torn_cases(reg)
 
@@ -144,8 +137,8 @@ def test_truncations_against_the_real_store_and_cli(project):
 
 
 def test_the_torn_line_is_reported_once_through_the_cli(project):
-    _register(project, "v1", noise=1.5, seed=1)
-    _register(project, "v2", parent="v1")
+    project.register("v1", noise=1.5, seed=1)
+    project.register("v2", parent="v1")
     assert cli("promote", "v1").exit_code == 0
     log = PromotionLog("registry")
     data = log.path.read_bytes()
@@ -153,7 +146,7 @@ def test_the_torn_line_is_reported_once_through_the_cli(project):
     r = cli("promote", "v2", "--against", "v1")
     assert r.exit_code == 0, r.output
     assert "torn last line" in r.output
-    _register(project, "v3", parent="v2", noise=0.5, seed=3)
+    project.register("v3", parent="v2", noise=0.5, seed=3)
     r = cli("promote", "v3", "--against", "v2")
     assert r.exit_code == 0, r.output
     assert "torn last line" not in r.output  # reported once

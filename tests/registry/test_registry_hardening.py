@@ -24,20 +24,13 @@ def cli(*args: str):
     return runner.invoke(app, list(args))
 
 
-def _register(project, name, parent=None, noise=0.8, seed=2):
-    project.contract(name, parent=parent)
-    b = project.bundle(name, project.embeddings(noise, seed))
-    r = cli("register", name, "--embeddings", str(b))
-    assert r.exit_code == 0, r.output
-
-
 # --- item 4: drift ------------------------------------------------------------------------------
 
 
 def test_an_alias_moved_outside_compat_is_drift(project):
-    _register(project, "v1", noise=1.5, seed=1)
-    _register(project, "v2", parent="v1")
-    _register(project, "v3", parent="v2", noise=0.5, seed=3)
+    project.register("v1", noise=1.5, seed=1)
+    project.register("v2", parent="v1")
+    project.register("v3", parent="v2", noise=0.5, seed=3)
     assert cli("promote", "v1").exit_code == 0
     r = cli("verify", "--json")
     assert r.exit_code == 0, r.output
@@ -60,7 +53,7 @@ def test_an_alias_moved_outside_compat_is_drift(project):
 
 
 def test_an_alias_set_by_hand_on_an_empty_log_is_drift(project):
-    _register(project, "v1", noise=1.5, seed=1)
+    project.register("v1", noise=1.5, seed=1)
     assert cli("verify").exit_code == 0  # unset and nothing logged agree
     reg = Registry()
     reg.set_production(reg.get("v1"))
@@ -80,8 +73,8 @@ def _tree_digest(root: Path) -> dict[str, str]:
 
 
 def test_a_copied_project_never_touches_the_original(project, tmp_path_factory, monkeypatch):
-    _register(project, "v1", noise=1.5, seed=1)
-    _register(project, "v2", parent="v1")
+    project.register("v1", noise=1.5, seed=1)
+    project.register("v2", parent="v1")
     assert cli("promote", "v1").exit_code == 0
     original = project.root
     before = _tree_digest(original)
@@ -89,7 +82,7 @@ def test_a_copied_project_never_touches_the_original(project, tmp_path_factory, 
     shutil.copytree(original, copy)
     monkeypatch.chdir(copy)
     project.root = copy
-    _register(project, "v3", parent="v1", noise=0.5, seed=3)
+    project.register("v3", parent="v1", noise=0.5, seed=3)
     r = cli("promote", "v2", "--against", "v1")
     assert r.exit_code == 0, r.output
     assert cli("promote", "v3", "--against", "v2").exit_code == 0
@@ -134,7 +127,7 @@ class _Flaky:
 
 
 def test_a_write_conflict_is_retried(project, monkeypatch):
-    _register(project, "v1", noise=1.5, seed=1)
+    project.register("v1", noise=1.5, seed=1)
     reg = Registry()
     monkeypatch.setattr("compat.registry.store.time.sleep", lambda s: None)
     reg._client = _Flaky(reg.client, failures=3)
@@ -143,7 +136,7 @@ def test_a_write_conflict_is_retried(project, monkeypatch):
 
 
 def test_a_persistent_write_conflict_is_exit_6_not_5(project, monkeypatch):
-    _register(project, "v1", noise=1.5, seed=1)
+    project.register("v1", noise=1.5, seed=1)
     connect = Registry._connect
     monkeypatch.setattr("compat.registry.store.time.sleep", lambda s: None)
     monkeypatch.setattr(Registry, "_connect", lambda self: _Flaky(connect(self), failures=10**6))
@@ -231,7 +224,7 @@ def test_a_server_that_never_answers_is_exit_5_within_the_timeout(tmp_path, monk
 
 
 def test_a_corrupt_log_fails_log_but_not_the_version_listing(project):
-    _register(project, "v1", noise=1.5, seed=1)
+    project.register("v1", noise=1.5, seed=1)
     assert cli("promote", "v1").exit_code == 0
     log = PromotionLog("registry").path
     log.write_bytes(b"{not json\n" + log.read_bytes())  # corruption, not a torn last line

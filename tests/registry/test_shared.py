@@ -37,13 +37,6 @@ def cli(*args: str):
     return runner.invoke(app, list(args))
 
 
-def _register(project, name, parent=None, noise=0.8, seed=2):
-    project.contract(name, parent=parent)
-    b = project.bundle(name, project.embeddings(noise, seed))
-    r = cli("register", name, "--embeddings", str(b))
-    assert r.exit_code == 0, r.output
-
-
 def _copies(project, tmp_path_factory, n: int) -> list[Path]:
     """``n`` separate working copies of the project, each with its own (empty) registry/."""
     out = []
@@ -77,8 +70,8 @@ def _logs(copies: list[Path], monkeypatch) -> list[list[dict]]:
 
 
 def _chain(project):
-    _register(project, "v1", noise=1.5, seed=1)
-    _register(project, "v2", parent="v1")
+    project.register("v1", noise=1.5, seed=1)
+    project.register("v2", parent="v1")
     assert cli("promote", "v1").exit_code == 0
     r = cli("promote", "v2", "--against", "v1")
     assert r.exit_code == 0, r.output
@@ -86,7 +79,7 @@ def _chain(project):
 
 def test_eight_copies_race_one_promotion(shared, project, tmp_path_factory, monkeypatch):
     _chain(project)
-    _register(project, "v3", parent="v2", noise=0.5, seed=3)
+    project.register("v3", parent="v2", noise=0.5, seed=3)
     copies = _copies(project, tmp_path_factory, N)
     args = ["promote", "v3", "--against", "v2", "--json", "--bootstrap", "50"]
     procs = [_spawn(args, c, shared.env) for c in copies]
@@ -115,8 +108,8 @@ def test_eight_copies_race_one_promotion(shared, project, tmp_path_factory, monk
 
 def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
     _chain(project)
-    _register(project, "v3a", parent="v2", noise=0.5, seed=3)
-    _register(project, "v3b", parent="v2", noise=0.5, seed=4)
+    project.register("v3a", parent="v2", noise=0.5, seed=3)
+    project.register("v3b", parent="v2", noise=0.5, seed=4)
     copies = _copies(project, tmp_path_factory, 4)
     procs = {
         (c, name): _spawn(["promote", name, "--against", "v2", "--bootstrap", "50"], c, shared.env)
@@ -139,7 +132,7 @@ def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
 
 def test_server_killed_mid_promotion(shared, project, monkeypatch):
     _chain(project)
-    _register(project, "v3", parent="v2", noise=0.5, seed=3)
+    project.register("v3", parent="v2", noise=0.5, seed=3)
     real = Registry.set_production
 
     def crash(self, rec):
