@@ -76,6 +76,9 @@ class CompatLoss(nn.Module):
     needs_parent_head: ClassVar[bool] = False
     # Initialise the new model from the parent's weights (lwf fine-tunes its parent).
     init_from_parent: bool = False
+    # What ``train.<v>.init: auto`` resolves to when the parent's architecture matches
+    # (compat.train.init.resolve_init): BCT's family fine-tunes its parent by default.
+    fine_tune_by_default: ClassVar[bool] = False
 
     def __init__(self, params: MethodParams) -> None:
         super().__init__()

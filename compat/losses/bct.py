@@ -31,6 +31,7 @@ class BCT(CompatLoss):
     name = "bct"
     Params = BCTParams
     needs_parent_head = True
+    fine_tune_by_default = True  # init: auto starts from the parent (docs/findings.md)
 
     def __init__(self, params: BCTParams) -> None:
         super().__init__(params)

@@ -38,6 +38,7 @@ class BCTKD(CompatLoss):
     Params = BCTKDParams
     needs_parent_forward = True
     needs_parent_head = True
+    fine_tune_by_default = True  # init: auto starts from the parent (docs/findings.md)
 
     def __init__(self, params: BCTKDParams) -> None:
         super().__init__(params)

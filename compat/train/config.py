@@ -60,11 +60,13 @@ class TrainConfig(BaseModel):
         default_factory=dict, description="validated by the method's own params model"
     )
     parent: str | None = None
-    init: Literal["scratch", "parent"] = Field(
-        "scratch",
+    init: Literal["auto", "scratch", "parent"] = Field(
+        "auto",
         description="parent: fine-tune, starting from the parent's weights (backbone and "
         "embedding layer; a learnable head's rows matched by class name, new classes get fresh "
-        "rows); needs the parent's backbone, pooling, dim and head",
+        "rows); needs the parent's backbone, pooling, dim and head. auto: parent for the "
+        "methods that fine-tune by default (bct, bct-kd: measured in docs/findings.md, "
+        "'BCT on a strong old model') when the parent's architecture matches, else scratch",
     )
 
     # data

@@ -8,8 +8,11 @@ matched by class *name* (the new version's class order may differ), with freshly
 for the classes the parent never saw. A dsimplex head has nothing to copy: its vertices are fixed,
 and a child's class order extends its parent's (:func:`compat.train.run.class_order`).
 
+:func:`resolve_init` decides what ``init: auto`` (the default) means: the parent's weights for the
+methods that fine-tune by default (bct, bct-kd) when the architectures match, else scratch.
 :func:`check_init` runs on the parent's card before any data or weights load, so a mismatch
-(another backbone, pooling, dim or head) fails with a message naming the field.
+with an explicit ``init: parent`` (another backbone, pooling, dim or head) fails with a message
+naming the field.
 :func:`init_from_parent` copies the weights and reports what it copied (recorded in the card).
 """
 
@@ -30,9 +33,38 @@ from compat.train.config import TrainConfig
 _SAME = ("backbone", "pooling", "dim", "head")
 
 
+def resolve_init(
+    cfg: TrainConfig, parent_card: ModelCard | None, fine_tune_by_default: bool
+) -> tuple[str, str | None]:
+    """What ``cfg.init`` means for this version: ("scratch" | "parent", why when it was ``auto``).
+
+    ``auto`` (the default) is ``parent`` when the method fine-tunes by default (BCT's family:
+    starting from the parent's weights measurably lifts M(new, old) on a strong old model,
+    docs/findings.md "BCT on a strong old model"), the version has a parent, no
+    ``backbone_weights`` and the parent's backbone, pooling, dim and head; otherwise ``scratch``
+    (a wider model, another head, an independent paragon). An explicit value is kept as is."""
+    if cfg.init != "auto":
+        return cfg.init, None
+    if not fine_tune_by_default:
+        return "scratch", f"init: auto: method {cfg.method} trains from scratch by default"
+    if parent_card is None:
+        return "scratch", "init: auto: no parent"
+    if cfg.backbone_weights is not None:
+        return "scratch", "init: auto: backbone_weights initialise the backbone"
+    for key in _SAME:
+        theirs, ours = getattr(parent_card, key), getattr(cfg, key)
+        if theirs != ours:
+            return (
+                "scratch",
+                f"init: auto: the parent's {key} is {theirs!r}, this version's {ours!r}",
+            )
+    return "parent", f"init: auto: method {cfg.method} fine-tunes its parent by default"
+
+
 def check_init(version: str, cfg: TrainConfig, parent_card: ModelCard | None) -> None:
-    """Raise BadInputError (naming the field) if ``cfg.init`` cannot start from ``parent_card``."""
-    if cfg.init == "scratch":
+    """Raise BadInputError (naming the field) if ``cfg.init`` cannot start from ``parent_card``
+    (an explicit ``parent`` only: ``auto`` falls back to scratch, :func:`resolve_init`)."""
+    if cfg.init != "parent":
         return
     where = f"train.{version}.init"
     if parent_card is None:
@@ -117,4 +149,4 @@ def init_from_parent(
     }
 
 
-__all__ = ["check_init", "copy_head_rows", "init_from_parent"]
+__all__ = ["check_init", "copy_head_rows", "init_from_parent", "resolve_init"]

@@ -29,7 +29,7 @@ from compat.errors import BadInputError, NotFoundError
 from compat.io import fingerprint
 from compat.models.card import ModelCard, read_model_card
 from compat.train.config import TrainConfig
-from compat.train.init import check_init
+from compat.train.init import check_init, resolve_init
 
 METRICS = "train_metrics.json"
 
@@ -109,6 +109,8 @@ class Plan:
     loss: Any
     parent_card: ModelCard | None
     parent_dir: Path | None
+    init: str = "scratch"  # what cfg.init resolved to: "scratch" | "parent"
+    init_reason: str | None = None  # why, when cfg.init is "auto"
 
 
 def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
@@ -125,6 +127,7 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
         parent_card = read_model_card(parent_dir).named(cfg.parent)
     loss.check(parent_card, head=cfg.head, dim=cfg.dim)
     check_init(version, cfg, parent_card)
+    init, init_reason = resolve_init(cfg, parent_card, loss.fine_tune_by_default)
     if loss.init_from_parent and parent_card is not None:
         for key in ("backbone", "pooling"):
             theirs = getattr(parent_card, key)
@@ -133,7 +136,7 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
                     f"method {cfg.method}: init_from_parent needs the parent's {key} "
                     f"({theirs}), got {getattr(cfg, key)}"
                 )
-    return Plan(cfg, version, loss, parent_card, parent_dir)
+    return Plan(cfg, version, loss, parent_card, parent_dir, init, init_reason)
 
 
 def train_arrays(
@@ -215,12 +218,14 @@ def train_arrays(
                 f"{parent.card.in_channels} channels; these are {h} px with {channels}"
             )
     init: dict[str, Any] = {"kind": "scratch"}
-    if parent is not None and loss.init_from_parent and cfg.init == "scratch":
+    if parent is not None and loss.init_from_parent and plan.init == "scratch":
         # lwf's own switch: the parent's model only; its classifier lives in the method.
         model.load_state_dict(parent.model.state_dict())
         init = {"kind": "parent-model", "parent": cfg.parent, "by": f"method {cfg.method}"}
-    if cfg.init == "parent":
+    if plan.init == "parent":
         init = _init_from_parent(model, head, classes, plan, (channels, h))
+    if plan.init_reason is not None:
+        init["by"] = init.get("by") or plan.init_reason
 
     run_fp = fingerprint(
         {

@@ -12,7 +12,7 @@ from compat.models import load_head, load_version
 from compat.models.embedding import build_embedding_model
 from compat.models.heads import create_head
 from compat.train import DataInfo, TrainConfig, train_arrays
-from compat.train.init import copy_head_rows
+from compat.train.init import copy_head_rows, resolve_init
 from compat.train.run import plan_run
 
 BASE = dict(backbone="tiny", dim=8, batch_size=16, epochs=1)
@@ -70,7 +70,10 @@ def test_fine_tuning_starts_from_the_parent(parents, data):
 
 def test_scratch_does_not_copy(parents, data):
     card = _train(parents, "fresh", TrainConfig(**BASE, parent="p"), data, OLD)
-    assert card.init == {"kind": "scratch"}
+    assert card.init == {
+        "kind": "scratch",
+        "by": "init: auto: method independent trains from scratch by default",
+    }
     parent, _ = load_version(parents / "p")
     fresh, _ = load_version(parents / "fresh")
     assert not torch.allclose(next(parent.parameters()), next(fresh.parameters()), atol=1e-3)
@@ -138,3 +141,45 @@ def test_lwf_keeps_its_own_switch(parents, data):
     assert _train(parents, "lwf", cfg, data, OLD).init["kind"] == "parent-model"
     cfg = TrainConfig(**BASE, method="lwf", parent="p", init="parent")
     assert _train(parents, "lwf2", cfg, data, OLD).init["head_rows_copied"] == 2
+
+
+def test_auto_fine_tunes_bct_from_its_parent(parents, data):
+    """init: auto (the default) starts bct from the parent's weights, as init: parent does."""
+    cfg = TrainConfig(**{**BASE, "lr": 1e-12, "weight_decay": 0.0}, method="bct", parent="p")
+    assert cfg.init == "auto"
+    card = _train(parents, "bct-auto", cfg, data, ["c000", "c001", *OLD])
+    assert card.init["kind"] == "parent"
+    assert card.init["by"] == "init: auto: method bct fine-tunes its parent by default"
+    assert (card.init["head_rows_copied"], card.init["head_rows_new"]) == (2, 2)
+    parent, _ = load_version(parents / "p")
+    child, _ = load_version(parents / "bct-auto")
+    for (name, p), (_, c) in zip(parent.named_parameters(), child.named_parameters(), strict=True):
+        torch.testing.assert_close(c, p, atol=1e-6, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({"method": "bct", "parent": "p"}, ("parent", "fine-tunes its parent by default")),
+        ({"method": "bct-kd", "parent": "p"}, ("parent", "fine-tunes its parent by default")),
+        ({"method": "bct", "parent": "p", "init": "scratch"}, ("scratch", None)),
+        ({"method": "bct", "parent": "p", "dim": 16}, ("scratch", "parent's dim is 8")),
+        ({"method": "bct", "parent": "p", "head": "arcface"}, ("scratch", "parent's head is")),
+        ({"method": "l2", "parent": "p"}, ("scratch", "method l2 trains from scratch")),
+        ({"method": "independent"}, ("scratch", "trains from scratch by default")),
+    ],
+)
+def test_auto_resolves_by_method_and_architecture(parents, kw, expected):
+    plan = plan_run("v2", TrainConfig(**{**BASE, **kw}), parents)
+    assert plan.init == expected[0]
+    if expected[1] is None:
+        assert plan.init_reason is None
+    else:
+        assert expected[1] in plan.init_reason
+
+
+def test_resolve_init_without_parent_card():
+    assert resolve_init(TrainConfig(method="bct"), None, True) == (
+        "scratch",
+        "init: auto: no parent",
+    )
