@@ -248,13 +248,17 @@ def calibrated_embeddings(
     rows: np.ndarray,
     is_reference: np.ndarray,
     stats_rows: np.ndarray | None = None,
+    stats: tuple[GroupStats | None, GroupStats | None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``match`` scores of a two-group gallery as inner products of (n, 2d) embeddings.
 
     ``rows`` (n, d) hold both groups, ``is_reference`` (n,) marks the reference group's rows
     (scored with ``query`` in the same space); the group moments are computed over the rows
     flagged in ``stats_rows`` (default: all), e.g. the gallery items of an evaluation set whose
-    other items only take part in verification pairs. With q' = [q, r(q) q] and
+    other items only take part in verification pairs. ``stats`` = (reference, other) gives the
+    moments instead: e.g. both spaces measured on the *same* items (psi(old) and old rows of the
+    whole gallery), so a psi that changes nothing (the identity) changes no score, where two
+    disjoint random groups would differ by sampling alone. With q' = [q, r(q) q] and
     g' = [g, 0] (reference) or [m_r, g - m_o] (other), r = sigma_r / sigma_o:
 
         q' . g' = q . g                               for reference rows,
@@ -267,8 +271,12 @@ def calibrated_embeddings(
     ref = np.asarray(is_reference, dtype=bool)
     use = np.ones(len(g), bool) if stats_rows is None else np.asarray(stats_rows, dtype=bool)
     d = g.shape[1]
-    ref_stats = GroupStats.of(g[use & ref])
-    other_stats = GroupStats.of(g[use & ~ref])
+    if stats is None:
+        ref_stats, other_stats = GroupStats.of(g[use & ref]), GroupStats.of(g[use & ~ref])
+    else:
+        ref_stats, other_stats = stats
+    if not (ref & use).sum() >= _MIN_ROWS or not (~ref & use).sum() >= _MIN_ROWS:
+        ref_stats = other_stats = None  # one group (almost) empty: raw scores, as documented
     q_out = np.zeros((q.shape[0], 2 * d), dtype=np.float32)
     g_out = np.zeros((g.shape[0], 2 * d), dtype=np.float32)
     q_out[:, :d] = q

@@ -21,7 +21,8 @@ always new-version embeddings: upgraded rows are in the new space, the rest in t
 which a backward-compatible new version can query (the rule of :mod:`compat.embeddings.mixed`).
 ``curve`` scores the two row groups on one scale as :func:`compat.embeddings.mixed.search_mixed`
 does (``calibration="match"``: each query's scores against the old rows mapped onto its score
-distribution against the upgraded rows, moments over the gallery items); ``curve_raw`` merges
+distribution against the upgraded rows, both moments measured over the whole gallery, old and
+upgraded, so an identity psi leaves the curve flat); ``curve_raw`` merges
 raw inner products, which can dip below both end points. f = 0 is the backward cell, f = 1 the
 forward cell. When psi changes the dimension there is no mixed gallery (rows of two widths):
 the curve then has only its end points.
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from compat.compare.engine import Comparison, compare, num, num_pair
-from compat.embeddings.mixed import calibrated_embeddings
+from compat.embeddings.mixed import GroupStats, calibrated_embeddings
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.plots import plot_backfill
 from compat.evaluate.protocols import (
@@ -124,6 +125,9 @@ def evaluate_forward(
         order = backfill_order(manifest, config.seed)
         in_gallery = np.zeros(len(manifest.items), dtype=bool)
         in_gallery[np.asarray(manifest.gallery, dtype=np.int64)] = True
+        # The two row groups' score moments, measured on the same items in both spaces (the
+        # whole gallery, old and upgraded): a psi that changes nothing changes no score.
+        paired = (GroupStats.of(up[in_gallery]), GroupStats.of(e_old[in_gallery]))
         curve_cells: dict[float, dict[str, ProtocolResult]] = {}
         raw_cells: dict[float, dict[str, ProtocolResult]] = {}
         for f in config.backfill_fractions:
@@ -136,7 +140,9 @@ def evaluate_forward(
                 mixed = mixed_gallery(e_old, up, mask)
                 raw_cells[f] = cell(e_new, mixed)
                 # Scores against the two row groups put on one scale, as search_mixed does.
-                q2, g2 = calibrated_embeddings(e_new, mixed, mask, stats_rows=in_gallery)
+                q2, g2 = calibrated_embeddings(
+                    e_new, mixed, mask, stats_rows=in_gallery, stats=paired
+                )
                 curve_cells[f] = cell(q2, g2)
 
         entry: dict[str, Any] = {

@@ -129,3 +129,25 @@ def test_refusals():
         mixed_scores({"v1": np.zeros((1, 4)), "v2": np.zeros((2, 4))}, g, ["v1"] * 3)
     with pytest.raises(BadInputError, match="k=4"):
         search_mixed({"v1": np.zeros((1, 4))}, g, ["v1"] * 3, 4)
+
+
+def test_calibrated_embeddings_with_given_stats():
+    """Moments passed in (both spaces on the same items) are used as given; equal moments leave
+    every score raw."""
+    from compat.embeddings.mixed import GroupStats
+
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((4, 6)).astype(np.float32)
+    g = rng.standard_normal((30, 6)).astype(np.float32)
+    ref = np.arange(30) % 3 == 0
+    same = GroupStats.of(g)
+    q2, g2 = calibrated_embeddings(q, g, ref, stats=(same, same))
+    np.testing.assert_allclose(q2 @ g2.T, q @ g.T, rtol=1e-5, atol=1e-5)
+    other = GroupStats.of(2.0 * g + 1.0)
+    q3, g3 = calibrated_embeddings(q, g, ref, stats=(same, other))
+    mu_r, sd_r = same.moments(q)
+    mu_o, sd_o = other.moments(q)
+    expected = mu_r[:, None] + (q @ g.T - mu_o[:, None]) * (sd_r / sd_o)[:, None]
+    s3 = q3 @ g3.T
+    np.testing.assert_allclose(s3[:, ~ref], expected[:, ~ref], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(s3[:, ref], (q @ g.T)[:, ref], rtol=1e-5, atol=1e-5)

@@ -97,6 +97,24 @@ def test_forward_beats_backward_and_the_curve_joins_them():
     assert set(e["metrics"]) == {"identification", "open-set", "verification"}
 
 
+def test_identity_psi_leaves_the_curve_flat():
+    """A psi that changes nothing (a refused one) changes no score: every point of the curve is
+    the backward cell. Moments of two disjoint random halves would differ by sampling alone and
+    make this curve wobble (issue 17: 57.8, 57.5, 58.3, 57.3, 57.8 on the hard configuration)."""
+    manifest, emb, _ = synthetic()
+    cfg = EvaluateConfig(chain=["v1", "v2"], bootstrap=0)
+    e = evaluate_forward(manifest, emb, {"v2": ("v1", emb["v1"].copy())}, cfg)["v2"]
+    for protocol, metrics in e["metrics"].items():
+        for name, m in metrics.items():
+            if m.get("curve") is None:
+                continue
+            values = [p["value"] for p in m["curve"]]
+            assert values == pytest.approx([m["backward"]] * len(values), abs=1e-9), (
+                protocol,
+                name,
+            )
+
+
 def test_dimension_changing_psi_has_only_curve_end_points():
     manifest, emb, _ = synthetic()
     emb["v1"] = emb["v1"][:, :8].copy()
