@@ -275,7 +275,7 @@ def calibrated_embeddings(
         ref_stats, other_stats = GroupStats.of(g[use & ref]), GroupStats.of(g[use & ~ref])
     else:
         ref_stats, other_stats = stats
-    if not (ref & use).sum() >= _MIN_ROWS or not (~ref & use).sum() >= _MIN_ROWS:
+    if min((ref & use).sum(), (~ref & use).sum()) < _MIN_ROWS:
         ref_stats = other_stats = None  # one group (almost) empty: raw scores, as documented
     q_out = np.zeros((q.shape[0], 2 * d), dtype=np.float32)
     g_out = np.zeros((g.shape[0], 2 * d), dtype=np.float32)
