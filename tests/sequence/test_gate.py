@@ -57,7 +57,7 @@ def test_replacement_keeps_the_simplex_on_another_backbone(tiny_sequence):
         for v in ("hoc-t1", "hoc-t2", "hoc-t3")
     }
     assert cards["hoc-t2"]["init"]["kind"] == "parent"
-    assert cards["hoc-t3"]["init"] == {"kind": "scratch"}
+    assert cards["hoc-t3"]["init"]["kind"] == "scratch"  # a replacement never starts from t2
     assert (cards["hoc-t1"]["backbone"], cards["hoc-t3"]["backbone"]) == ("tiny", "small-cnn")
     assert {c["dim"] for c in cards.values()} == {15}  # K - 1 whatever the backbone
     assert cards["hoc-t3"]["split"] == "t3-all"
