@@ -33,6 +33,7 @@ backfilled gallery: :mod:`compat.embeddings.mixed`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -229,21 +230,25 @@ def backfill(
     check_rows(versions, source, target, where)
     n_source = int((versions == source).sum())
     _check_psi(card, source, target, reader.dim if n_source else None, psi_where)
+    # What every result of this run shares; the elapsed time is read when it is built.
+    result = functools.partial(
+        BackfillResult,
+        gallery=str(gallery_path),
+        out=str(out_path),
+        source=source,
+        target=target,
+        total=reader.n,
+        psi_weights_sha256=card.weights_sha256,
+    )
     if card.is_refused:
         # The upgrade stage saved the identity because psi did not beat the gallery left alone:
         # relabelling unchanged rows as `target` would misstate where they came from.
-        return BackfillResult(
-            gallery=str(gallery_path),
-            out=str(out_path),
-            source=source,
-            target=target,
-            total=reader.n,
+        return result(
             upgraded=0,
             already=int(reader.n - n_source),
             remaining=n_source,
             batches=0,
             resumed_batches=0,
-            psi_weights_sha256=card.weights_sha256,
             seconds=time.perf_counter() - started,
             refused=card.refused.reason,
         )
@@ -339,18 +344,12 @@ def backfill(
             bar.advance(len(y), moved / max(time.perf_counter() - t0, 1e-9))
 
     _finish(parts, reader, out_path, n_batches, batch_size, new_versions, meta)
-    return BackfillResult(
-        gallery=str(gallery_path),
-        out=str(out_path),
-        source=source,
-        target=target,
-        total=reader.n,
+    return result(
         upgraded=len(rows),
         already=selection.already,
         remaining=n_source - len(rows),
         batches=n_batches,
         resumed_batches=len(done),
-        psi_weights_sha256=card.weights_sha256,
         seconds=round(time.perf_counter() - started, 4),
     )
 
