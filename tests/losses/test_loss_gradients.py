@@ -65,6 +65,11 @@ def test_gradient_reaches_only_what_it_should(method):
         assert trainable == [], trainable
     for k, v in parent.model.state_dict().items():
         assert torch.equal(v, parent_before[k]), k  # BN stats too: the parent ran in eval mode
-    # bct must never run the parent backbone per batch (bict's default, regression, must)
-    if method in ("bct", "independent", "unibct"):
+    # Only the methods that compare with the parent's embedding of the batch run its backbone
+    # per batch (bct for its l2 term, bict's default regression form); the paper's bct does not.
+    if method in ("independent", "unibct"):
         assert not loss.needs_parent_forward
+    if method in ("bct", "bict"):
+        assert loss.needs_parent_forward
+    if method == "bct":
+        assert not create_loss("bct", {"l2": 0.0}).needs_parent_forward

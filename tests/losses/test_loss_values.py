@@ -74,7 +74,7 @@ def bct_setup(params, dim=2):
 
 
 def test_bct_synthesizes_new_classes_from_cached_parent_means():
-    loss, parent = bct_setup({"lam": 0.5})
+    loss, parent = bct_setup({"lam": 0.5, "l2": 0.0})
     w = loss.old.head.weight
     assert torch.allclose(w[2], torch.tensor([R, R]), atol=1e-6)  # normalised mean of (1, 1)
     assert loss.old.old_index.tolist() == [0, 1, 2]
@@ -89,8 +89,9 @@ def test_bct_synthesizes_new_classes_from_cached_parent_means():
 
 
 def test_bct_drop_leaves_new_classes_out_and_never_runs_the_parent():
-    loss, parent = bct_setup({"new_classes": "drop"})
+    loss, parent = bct_setup({"new_classes": "drop", "l2": 0.0})
     assert parent.forward_calls == 0
+    assert not loss.needs_parent_forward
     assert loss.old.old_index.tolist() == [0, 1, -1]
     parts = loss(step([[1.0, 0.0], [1.0, 0.0]], [2, 0]))
     assert parts["influence"].item() == pytest.approx(ce([2 * 0.5, 0.0], 0), rel=1e-5)
@@ -99,13 +100,34 @@ def test_bct_drop_leaves_new_classes_out_and_never_runs_the_parent():
 
 
 def test_bct_dim_mismatch_truncate_and_pad():
-    trunc, _ = bct_setup({"new_classes": "drop"}, dim=3)
+    trunc, _ = bct_setup({"new_classes": "drop", "l2": 0.0}, dim=3)
     parts = trunc(step([[1.0, 0.0, 5.0]], [0]))
     assert parts["influence"].item() == pytest.approx(ce([2 * 0.5, 0.0], 0), rel=1e-5)
-    pad, _ = bct_setup({"new_classes": "drop", "dim_mismatch": "pad"}, dim=3)
+    pad, _ = bct_setup({"new_classes": "drop", "dim_mismatch": "pad", "l2": 0.0}, dim=3)
     c = 1 / math.sqrt(26)
     parts = pad(step([[1.0, 0.0, 5.0]], [0]))
     assert parts["influence"].item() == pytest.approx(ce([2 * (c - 0.5), 0.0], 0), rel=1e-5)
+
+
+def test_bct_l2_alignment_term_by_hand():
+    # Default weight 3: 3 * mean_i 0.5 * ||n(new_i) - n(old_i)||^2 (BCT Eq. 3, normalised).
+    loss, _ = bct_setup({"new_classes": "drop"})
+    assert loss.params.l2 == 3.0 and loss.needs_parent_forward
+    parts = loss(step([[2.0, 0.0], [0.0, 1.0]], [0, 1], old=[[0.0, 5.0], [0.0, 1.0]]))
+    assert parts["l2"].item() == pytest.approx(3.0 * (0.5 * 2.0 + 0.0) / 2, rel=1e-6)
+    assert parts["influence"].item() == pytest.approx(
+        (ce([2 * (1.0 - 0.5), 0.0], 0) + ce([0.0, 2 * (1.0 - 0.5)], 1)) / 2, rel=1e-5
+    )
+    # Widths: truncate compares the first d_old coordinates; pad zero-pads the old embedding.
+    trunc, _ = bct_setup({"new_classes": "drop", "l2": 1.0}, dim=3)
+    assert trunc(step([[1.0, 0.0, 9.0]], [0], old=[[1.0, 0.0]]))["l2"].item() == pytest.approx(
+        0.0, abs=1e-7
+    )
+    pad, _ = bct_setup({"new_classes": "drop", "l2": 1.0, "dim_mismatch": "pad"}, dim=3)
+    got = pad(step([[1.0, 0.0, 1.0]], [0], old=[[1.0, 0.0]]))["l2"].item()
+    assert got == pytest.approx(1.0 - R, rel=1e-6)  # 0.5 ||a - b||^2 = 1 - cos(a, b)
+    with pytest.raises(BadInputError, match="l2"):
+        create_loss("bct", {"l2": -1.0})
 
 
 def test_bct_against_dsimplex_parent_uses_preallocated_vertices():
