@@ -63,7 +63,11 @@ RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "bct-sys": (
         "new",
-        {"method": "bct", "method_params": {"new_classes": "synthesize", "l2": 0.0}, "parent": "old"},
+        {
+            "method": "bct",
+            "method_params": {"new_classes": "synthesize", "l2": 0.0},
+            "parent": "old",
+        },
     ),
     "bct-kd": ("new", {"method": "bct-kd", "parent": "old"}),
     "independent-oc": ("open", {"parent": "old"}),
