@@ -127,11 +127,16 @@ def _fit_with_parent(method, params, data, parent_dir):
     return parent, result
 
 
-def test_bct_never_runs_the_parent_backbone_per_batch(data, parent_dir):
-    parent, result = _fit_with_parent("bct", {"new_classes": "drop"}, data, parent_dir)
+def test_papers_bct_never_runs_the_parent_backbone_per_batch(data, parent_dir):
+    # l2: 0 is the paper's BCT: only the old classifier's weights take part.
+    parent, result = _fit_with_parent("bct", {"new_classes": "drop", "l2": 0.0}, data, parent_dir)
     assert parent.forward_calls == 0
-    parent, _ = _fit_with_parent("bct", {}, data, parent_dir)
+    parent, _ = _fit_with_parent("bct", {"l2": 0.0}, data, parent_dir)
     assert parent.forward_calls == 1  # the one cached pass for synthesized classes
+    # compat's default adds the alignment term: one frozen parent pass per batch, plus the one
+    # cached pass for synthesized classes.
+    parent, result = _fit_with_parent("bct", {}, data, parent_dir)
+    assert parent.forward_calls == result.steps + 1
     parent, result = _fit_with_parent("l2", {}, data, parent_dir)
     assert parent.forward_calls == result.steps
     assert not parent.model.training
