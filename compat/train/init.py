@@ -33,6 +33,15 @@ from compat.train.config import TrainConfig
 _SAME = ("backbone", "pooling", "dim", "head")
 
 
+def _mismatch(cfg: TrainConfig, parent_card: ModelCard) -> tuple[str, Any, Any] | None:
+    """The first of :data:`_SAME` where the parent and this version differ: (key, theirs, ours)."""
+    for key in _SAME:
+        theirs, ours = getattr(parent_card, key), getattr(cfg, key)
+        if theirs != ours:
+            return key, theirs, ours
+    return None
+
+
 def resolve_init(
     cfg: TrainConfig, parent_card: ModelCard | None, fine_tune_by_default: bool
 ) -> tuple[str, str | None]:
@@ -51,13 +60,9 @@ def resolve_init(
         return "scratch", "init: auto: no parent"
     if cfg.backbone_weights is not None:
         return "scratch", "init: auto: backbone_weights initialise the backbone"
-    for key in _SAME:
-        theirs, ours = getattr(parent_card, key), getattr(cfg, key)
-        if theirs != ours:
-            return (
-                "scratch",
-                f"init: auto: the parent's {key} is {theirs!r}, this version's {ours!r}",
-            )
+    if (diff := _mismatch(cfg, parent_card)) is not None:
+        key, theirs, ours = diff
+        return "scratch", f"init: auto: the parent's {key} is {theirs!r}, this version's {ours!r}"
     return "parent", f"init: auto: method {cfg.method} fine-tunes its parent by default"
 
 
@@ -73,15 +78,13 @@ def check_init(version: str, cfg: TrainConfig, parent_card: ModelCard | None) ->
         raise BadInputError(
             f"{where}: parent and backbone_weights both initialise the backbone; keep one"
         )
-    parent = parent_card.version or cfg.parent
-    for key in _SAME:
-        theirs, ours = getattr(parent_card, key), getattr(cfg, key)
-        if theirs != ours:
-            raise BadInputError(
-                f"{where}: parent: {parent} has {key} {theirs!r}, this version {ours!r}; "
-                f"the parent's weights fit only the same {key} (use init: scratch to change it, "
-                "as a model replacement does)"
-            )
+    if (diff := _mismatch(cfg, parent_card)) is not None:
+        key, theirs, ours = diff
+        raise BadInputError(
+            f"{where}: parent: {parent_card.version or cfg.parent} has {key} {theirs!r}, this "
+            f"version {ours!r}; the parent's weights fit only the same {key} (use init: scratch "
+            "to change it, as a model replacement does)"
+        )
 
 
 def copy_head_rows(
