@@ -121,6 +121,8 @@ class ModelCard(_Card):
     image_size: int
     pooling: str
     weights_sha256: str
+    # cards written before the option existed hold the default neck
+    neck: str = "linear-bn"
     # the head the version was trained with (its rows ride along in the weights file)
     head: str | None = None
     head_params: dict[str, Any] | None = None

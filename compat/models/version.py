@@ -111,6 +111,7 @@ def build_model_from_card(card: ModelCard) -> nn.Module:
         in_channels=card.in_channels,
         image_size=card.image_size,
         pooling=card.pooling,
+        neck=card.neck,
     )
 
 

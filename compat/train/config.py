@@ -43,6 +43,12 @@ class TrainConfig(BaseModel):
         None, description="local safetensors file that initialises the backbone (no downloads)"
     )
     pooling: Literal["avg", "gem"] = "avg"
+    neck: Literal["linear-bn", "bn-linear"] = Field(
+        "linear-bn",
+        description="embedding layer: linear-bn (linear then BatchNorm, the BNNeck) or bn-linear "
+        "(BatchNorm then a bias-free linear map, the d-Simplex paper's fc1; see "
+        "compat.models.embedding)",
+    )
     dim: int = Field(128, ge=1)
     head: str = "cosface"
     s: float = Field(16.0, gt=0, description="scale of the normalised heads")
@@ -64,7 +70,7 @@ class TrainConfig(BaseModel):
         "auto",
         description="parent: fine-tune, starting from the parent's weights (backbone and "
         "embedding layer; a learnable head's rows matched by class name, new classes get fresh "
-        "rows); needs the parent's backbone, pooling, dim and head. auto: parent for the "
+        "rows); needs the parent's backbone, pooling, neck, dim and head. auto: parent for the "
         "methods that fine-tune by default (bct, bct-kd: measured in docs/findings.md, "
         "'BCT on a strong old model') when the parent's architecture matches, else scratch",
     )

@@ -11,7 +11,7 @@ and a child's class order extends its parent's (:func:`compat.train.run.class_or
 :func:`resolve_init` decides what ``init: auto`` (the default) means: the parent's weights for the
 methods that fine-tune by default (bct, bct-kd) when the architectures match, else scratch.
 :func:`check_init` runs on the parent's card before any data or weights load, so a mismatch
-with an explicit ``init: parent`` (another backbone, pooling, dim or head) fails with a message
+with an explicit ``init: parent`` (another backbone, pooling, neck, dim or head) fails with a message
 naming the field.
 :func:`init_from_parent` copies the weights and reports what it copied (recorded in the card).
 """
@@ -30,7 +30,7 @@ from compat.models.heads import DSimplex, Head, LearnedMarginHead, Softmax
 from compat.train.config import TrainConfig
 
 # Card fields that must equal the config's for the parent's weights to fit the new model.
-_SAME = ("backbone", "pooling", "dim", "head")
+_SAME = ("backbone", "pooling", "neck", "dim", "head")
 
 
 def _mismatch(cfg: TrainConfig, parent_card: ModelCard) -> tuple[str, Any, Any] | None:
@@ -50,7 +50,7 @@ def resolve_init(
     ``auto`` (the default) is ``parent`` when the method fine-tunes by default (BCT's family:
     starting from the parent's weights measurably lifts M(new, old) on a strong old model,
     docs/findings.md "BCT on a strong old model"), the version has a parent, no
-    ``backbone_weights`` and the parent's backbone, pooling, dim and head; otherwise ``scratch``
+    ``backbone_weights`` and the parent's backbone, pooling, neck, dim and head; otherwise ``scratch``
     (a wider model, another head, an independent paragon). An explicit value is kept as is."""
     if cfg.init != "auto":
         return cfg.init, None

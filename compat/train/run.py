@@ -129,7 +129,7 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
     check_init(version, cfg, parent_card)
     init, init_reason = resolve_init(cfg, parent_card, loss.fine_tune_by_default)
     if loss.init_from_parent and parent_card is not None:
-        for key in ("backbone", "pooling"):
+        for key in ("backbone", "pooling", "neck"):
             theirs = getattr(parent_card, key)
             if theirs != getattr(cfg, key):
                 raise BadInputError(
@@ -197,6 +197,7 @@ def train_arrays(
         image_size=h,
         pooling=cfg.pooling,
         backbone_weights=cfg.backbone_weights,
+        neck=cfg.neck,
     )
     head = create_head(cfg.head, cfg.dim, len(classes), **cfg.head_params())
 
@@ -265,6 +266,7 @@ def train_arrays(
         "version": version,
         "backbone": cfg.backbone,
         "pooling": cfg.pooling,
+        "neck": cfg.neck,
         "dim": cfg.dim,
         "in_channels": int(channels),
         "image_size": int(h),

@@ -77,6 +77,25 @@ def test_embedding_model_forward_and_embed():
     assert torch.allclose(unit, torch.nn.functional.normalize(raw, dim=1))
 
 
+def test_bn_linear_neck_is_the_linear_image_of_normalised_features():
+    """neck bn-linear: z = W BN(x), no bias and nothing after the map (the d-Simplex code's fc1)."""
+    torch.manual_seed(0)
+    model = build_embedding_model("tiny", 8, in_channels=1, image_size=16, neck="bn-linear")
+    assert model.proj.bias is None and model.bn.num_features == model.backbone.out_features
+    model.train()(torch.rand(16, 1, 16, 16) * 2 - 1)  # move the running stats
+    model.eval()
+    x = torch.rand(5, 1, 16, 16) * 2 - 1
+    f = model.backbone(x)
+    bn = model.bn
+    by_hand = (f - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
+    torch.testing.assert_close(model(x), by_hand @ model.proj.weight.T)
+    default = build_embedding_model("tiny", 8, in_channels=1, image_size=16)
+    assert default.neck == "linear-bn" and default.proj.bias is not None
+    assert default.bn.num_features == 8  # the BNNeck normalises the embedding itself
+    with pytest.raises(BadInputError, match="neck: unknown 'bn'; known: linear-bn, bn-linear"):
+        build_embedding_model("tiny", 8, in_channels=1, image_size=16, neck="bn")
+
+
 def test_local_weights_initialise_a_backbone(tmp_path):
     torch.manual_seed(1)
     src = create_backbone("tiny", in_channels=1)

@@ -99,6 +99,28 @@ def test_missing_version_and_weights(tmp_path, saved):
         load_version(saved[0])
 
 
+def test_neck_roundtrips_and_old_cards_read_as_the_default(tmp_path, saved):
+    torch.manual_seed(0)
+    model = build_embedding_model("tiny", 8, in_channels=1, image_size=16, neck="bn-linear")
+    model.train()(torch.rand(4, 1, 16, 16))
+    card = save_version(tmp_path / "n", model.eval(), None, {**_card(), "neck": "bn-linear"})
+    loaded, loaded_card = load_version(tmp_path / "n")
+    assert card.neck == loaded_card.neck == loaded.neck == "bn-linear"
+    x = torch.rand(2, 1, 16, 16) * 2 - 1
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+    # a card written before the field existed is the BNNeck it was trained with
+    folder = saved[0]
+    card_json = json.loads((folder / "card.json").read_text())
+    assert "neck" not in _card()
+    assert read_card(folder).neck == "linear-bn"
+    # a card that names the wrong neck cannot load the weights
+    card_json["neck"] = "bn-linear"
+    (folder / "card.json").write_text(json.dumps(card_json))
+    with pytest.raises(BadInputError, match="architecture"):
+        load_version(folder)
+
+
 def test_card_architecture_mismatch_is_bad_input(saved):
     folder = saved[0]
     card = json.loads((folder / "card.json").read_text())

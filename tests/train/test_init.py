@@ -104,6 +104,7 @@ def test_copy_head_rows_softmax_rows_and_bias():
         ({"parent": "p", "init": "parent", "dim": 12}, "p has dim 8, this version 12"),
         ({"parent": "p", "init": "parent", "backbone": "small-cnn"}, "has backbone 'tiny'"),
         ({"parent": "p", "init": "parent", "pooling": "gem"}, "has pooling 'avg'"),
+        ({"parent": "p", "init": "parent", "neck": "bn-linear"}, "has neck 'linear-bn'"),
         ({"parent": "p", "init": "parent", "head": "arcface"}, "has head 'cosface'"),
         (
             {"parent": "p", "init": "parent", "backbone_weights": "w.safetensors"},
