@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from compat.errors import BadInputError, CompatError
-from compat.evaluate.protocols import template_gallery
+from compat.evaluate.metrics import identification_metrics
+from compat.evaluate.protocols import ranking, template_gallery
 
 
 def span_basis(vertices: np.ndarray) -> np.ndarray:
@@ -48,12 +49,13 @@ def span_energy(embeddings: np.ndarray, basis: np.ndarray) -> float:
 def template_top1(
     query: np.ndarray, query_labels: np.ndarray, gallery: np.ndarray, gallery_labels: np.ndarray
 ) -> float:
-    """Top-1 of ``query`` against one re-normalised mean template per gallery class (cosine)."""
+    """Top-1 of ``query`` against one re-normalised mean template per gallery class (cosine),
+    ranked by the evaluate stage's own identification code."""
     templates, classes = template_gallery(gallery, gallery_labels)
-    q = np.asarray(query, dtype=np.float64)
+    q = np.asarray(query, dtype=np.float32)
     q = q / np.linalg.norm(q, axis=1, keepdims=True)
-    best = classes[(q @ templates.astype(np.float64).T).argmax(axis=1)]
-    return float((best == np.asarray(query_labels)).mean())
+    stats = ranking(q, np.asarray(query_labels), templates.astype(np.float32), classes)
+    return identification_metrics(stats, ks=(1,))["top1"]
 
 
 def main(argv: list[str] | None = None) -> int:
