@@ -13,7 +13,7 @@ returns it L2-normalised, which is what a gallery stores. Two necks, by name (``
   K vertices outnumber the classes trained so far, that matters: a BatchNorm after the
   projection spreads variance over all K - 1 coordinates, including the directions of vertices
   no class uses yet, and independently trained models disagree there (docs/findings.md,
-  "d-Simplex and the neck").
+  "d-Simplex: where the features live").
 """
 
 from __future__ import annotations
