@@ -126,12 +126,12 @@ def test_backfill_to_parquet_and_npy_and_back(proj):
 
 
 def test_refused_psi_upgrades_nothing_and_writes_nothing(proj):
-    from compat.models.card import read_upgrade_card, write_upgrade_card
+    from compat.models.card import UpgradeRefusal, read_upgrade_card, write_upgrade_card
 
     folder = proj / "models" / "v2" / "upgrade"
     card = read_upgrade_card(folder)
-    refused = {"reason": "held-out top-1 0.40 with psi against 0.45 without it",
-               "metric": "top1", "psi": 0.40, "backward": 0.45}  # fmt: skip
+    refused = UpgradeRefusal(reason="held-out top-1 0.40 with psi against 0.45 without it",
+                             metric="top1", psi=0.40, backward=0.45)  # fmt: skip
     write_upgrade_card(folder, card.model_copy(update={"refused": refused}))
     r = cli(*BASE, "--no-progress")
     assert r.exit_code == 0, r.output
