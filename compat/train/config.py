@@ -74,6 +74,14 @@ class TrainConfig(BaseModel):
         "methods that fine-tune by default (bct, bct-kd: measured in docs/findings.md, "
         "'BCT on a strong old model') when the parent's architecture matches, else scratch",
     )
+    bn_stats: Literal["update", "frozen"] = Field(
+        "update",
+        description="BatchNorm running statistics while training: update (PyTorch's train mode) "
+        "or frozen (every BatchNorm layer normalises with the starting model's statistics and "
+        "never updates them; its affine weights still train). frozen is for fine-tuning "
+        "(init: parent): a task's few classes would otherwise replace the statistics the "
+        "gallery was embedded with (docs/findings.md, 'Fine-tuning: where the drift is')",
+    )
 
     # data
     split: str | None = Field(

@@ -49,12 +49,27 @@ _DEVICE_DATA_BYTES = 4 << 30
 class Trainee(nn.Module):
     """Everything that trains (model, head, method's own parameters) as one module for DDP."""
 
-    def __init__(self, model: nn.Module, head: Head, loss: CompatLoss, amp: bool) -> None:
+    def __init__(
+        self, model: nn.Module, head: Head, loss: CompatLoss, amp: bool, frozen_bn: bool = False
+    ) -> None:
         super().__init__()
         self.model = model
         self.head = head
         self.loss = loss
         self.amp = amp
+        # bn_stats: frozen: these layers stay in eval mode whenever the trainee trains, so they
+        # normalise with the starting model's running statistics and never update them.
+        self._frozen_norms = (
+            [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+            if frozen_bn
+            else []
+        )
+
+    def train(self, mode: bool = True) -> Trainee:
+        super().train(mode)
+        for norm in self._frozen_norms:
+            norm.eval()
+        return self
 
     def forward(
         self,
@@ -248,7 +263,13 @@ class _Run:
         self.targets_dev = self.targets.to(self.device)
         self.loss.prepare(self.ctx)
         self.loss.to(self.device)
-        self.trainee = Trainee(self.model, self.head, self.loss, amp=self.cfg.amp).train()
+        self.trainee = Trainee(
+            self.model,
+            self.head,
+            self.loss,
+            amp=self.cfg.amp,
+            frozen_bn=self.cfg.bn_stats == "frozen",
+        ).train()
         self.named = [(k, p) for k, p in self.trainee.named_parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.named, self.cfg)
         self._resume()
@@ -276,6 +297,7 @@ class _Run:
     def train_epoch(self, epoch: int, reporter: Reporter) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         self.loss.on_epoch_start(epoch, self.ctx)
+        self.trainee.train()  # the method's hook may embed with the model, which resets its mode
         t0, cpu0 = time.perf_counter(), time.process_time()
         perm = torch.randperm(self.n, generator=self.gen)
         sums: dict[str, torch.Tensor] = {}

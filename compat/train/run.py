@@ -136,6 +136,13 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
                     f"method {cfg.method}: init_from_parent needs the parent's {key} "
                     f"({theirs}), got {getattr(cfg, key)}"
                 )
+    starts_from_parent = init == "parent" or (loss.init_from_parent and parent_card is not None)
+    if cfg.bn_stats == "frozen" and not starts_from_parent:
+        raise BadInputError(
+            f"train.{version}.bn_stats: frozen keeps the starting model's BatchNorm statistics, "
+            f"and this version does not start from its parent's weights (init: {init}); "
+            "use bn_stats: update"
+        )
     return Plan(cfg, version, loss, parent_card, parent_dir, init, init_reason)
 
 

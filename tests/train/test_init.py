@@ -114,6 +114,12 @@ def test_copy_head_rows_softmax_rows_and_bias():
             {"parent": "d", "init": "parent", "head": "cosface", "method": "bct"},
             "has head 'dsimplex', this version 'cosface'",
         ),
+        (
+            {"parent": "p", "bn_stats": "frozen"},
+            r"train\.v2\.bn_stats: frozen keeps the starting model's BatchNorm statistics, and "
+            r"this version does not start from its parent's weights \(init: scratch\)",
+        ),
+        ({"bn_stats": "frozen", "init": "scratch"}, r"train\.v2\.bn_stats: frozen"),
     ],
 )
 def test_mismatches_are_refused_before_any_data(parents, kw, match):
@@ -183,4 +189,37 @@ def test_resolve_init_without_parent_card():
     assert resolve_init(TrainConfig(method="bct"), None, True) == (
         "scratch",
         "init: auto: no parent",
+    )
+
+
+def _norm_buffers(model):
+    return {k: v for k, v in model.state_dict().items() if "running" in k}
+
+
+@pytest.mark.parametrize(
+    ("method", "params"), [("independent", {}), ("unibct", {"refresh_at": [1]})]
+)
+def test_frozen_bn_stats_keep_the_parents_statistics(parents, data, method, params):
+    # unibct embeds with the model at the start of epoch 1, which resets the model's mode: the
+    # statistics must stay frozen across that too.
+    kw = {**BASE, "epochs": 2, "parent": "p", "init": "parent", "method": method}
+    classes = ["c000", "c001", *OLD]
+    frozen = TrainConfig(**kw, method_params=params, bn_stats="frozen")
+    _train(parents, f"frozen-{method}", frozen, data, classes)
+    _train(parents, f"update-{method}", TrainConfig(**kw, method_params=params), data, classes)
+    parent, _ = load_version(parents / "p")
+    stats = _norm_buffers(parent)
+    assert stats  # the tiny backbone and the linear-bn neck both hold BatchNorm layers
+    child, _ = load_version(parents / f"frozen-{method}")
+    for name, value in _norm_buffers(child).items():
+        torch.testing.assert_close(value, stats[name], atol=0, rtol=0, msg=name)
+    # the affine weights still train
+    weights, trained = parent.state_dict(), child.state_dict()
+    gammas = [k.replace("running_mean", "weight") for k in stats if k.endswith("running_mean")]
+    assert any(not torch.allclose(trained[k], weights[k]) for k in gammas)
+    updated, _ = load_version(parents / f"update-{method}")
+    assert all(
+        not torch.equal(v, stats[k])
+        for k, v in _norm_buffers(updated).items()
+        if "running_mean" in k
     )
