@@ -343,7 +343,8 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
         "do": {
             "cmd": (
                 f"python {CODE}/stages/evaluate.py --params evaluate.yaml --section ${{key}} "
-                "--metrics metrics/${key} --plots plots/${key} --cache cache/embeddings/${key}"
+                "--metrics metrics/${key} --plots plots/${key} "
+                "--cache cache/embeddings/${item.method}"
             ),
             "deps": [
                 f"{CODE}/stages/evaluate.py",
@@ -358,10 +359,10 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
                 *[f"models/${{item.method}}-{task}/weights.safetensors" for task in seq.tasks()],
             ],
             "params": [{"evaluate.yaml": ["${key}"]}],
-            "outs": [
-                {"cache/embeddings/${key}": {"persist": True, "cache": False}},
-                {"metrics/${key}/compat.json": {"cache": False}},
-            ],
+            # One embedding cache per method, not declared as an output (DVC forbids two stages
+            # one output): its entries are keyed by weights and data (compat.embeddings.cache),
+            # so a method's instance and template evaluations embed each version once.
+            "outs": [{"metrics/${key}/compat.json": {"cache": False}}],
             "metrics": [{f"metrics/${{key}}/{p}.json": {"cache": False}} for p in protocols],
             "plots": [
                 *[{f"plots/${{key}}/heatmap_{p}.png": {"cache": False}} for p in protocols],

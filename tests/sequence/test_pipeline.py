@@ -89,6 +89,11 @@ def test_each_method_chain_is_evaluated_from_its_own_models():
         assert deps == {f"models/{v}/weights.safetensors" for v in config.chain}
     assert {s.get("gallery", "instance") for s in sections.values()} == {"instance", "template"}
     assert evaluate["do"]["params"] == [{"evaluate.yaml": ["${key}"]}]
+    # a method's galleries share one embedding cache (keyed by weights and data): each version
+    # is embedded once per method, and no stage declares it as its output
+    assert evaluate["do"]["cmd"].endswith("--cache cache/embeddings/${item.method}")
+    outs = [next(iter(o)) if isinstance(o, dict) else o for o in evaluate["do"]["outs"]]
+    assert not [o for o in outs if o.startswith("cache")]
     summary = _stages()["summary"]
     assert {f"metrics/{m}/compat.json" for m in sections} <= set(summary["deps"])
 
