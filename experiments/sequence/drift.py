@@ -13,8 +13,8 @@ A and a model B fine-tuned from it on ``--split``, it prints the template identi
 - with ``--start-split`` (A's training split), B with its statistics re-estimated on A's
   training images: whether B's weights, with A's kind of statistics, still fit A's gallery.
 
-If the last cross test falls about as far as B's, the statistics carry the drift, and training
-with ``bn_stats: frozen`` keeps them. The split's images are fed as stored, without the training
+If A's cross test falls about as far as B's, the statistics carry the drift, and training with
+``bn_stats: frozen`` keeps them. The split's images are fed as stored, without the training
 augmentation.
 
 Usage (from experiments/sequence, after ``dvc repro``)::
@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         return 100 * template_top1(emb[q][query], ql, emb[g][gallery], gl)
 
     name_a, name_b = Path(args.start).name, Path(args.tuned).name
+    a_self = top1("A", "A")
     rows = [
-        (f"{name_a} (A)", top1("A", "A"), top1("A", "A")),
+        (f"{name_a} (A)", a_self, a_self),
         (f"{name_b} (B, fine-tuned on {args.split})", top1("B", "B"), top1("B", "A")),
         (f"A, BatchNorm statistics of {args.split} (A')", top1("A'", "A'"), top1("A'", "A")),
     ]
