@@ -17,6 +17,7 @@ from torch import nn
 from compat.data.transforms import TRANSFORM_ID, to_tensor
 from compat.embeddings.cache import CacheKey, EmbeddingCache
 from compat.errors import BadInputError
+from compat.models.parent import eval_mode
 
 __all__ = ["CacheKey", "EmbeddingCache", "cache_key", "embed_images", "embed_items"]
 
@@ -117,9 +118,5 @@ def _run(
     dev = torch.device(device) if device is not None else _device_of(model)
     if device is not None:
         model.to(dev)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         return _embed_batches(model, batches, n, dev)
-    finally:
-        model.train(was_training)

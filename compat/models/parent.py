@@ -60,13 +60,16 @@ def to_model_input(
 
 @contextlib.contextmanager
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Temporarily put a training model in eval mode (BatchNorm uses, never updates, its stats)."""
-    was_training = model.training
+    """Temporarily put a model in eval mode (BatchNorm uses, never updates, its stats); afterwards
+    every submodule gets its own mode back, so layers kept in eval mode while the rest trains
+    (TrainConfig ``bn_stats: frozen``) stay in eval mode."""
+    modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
         yield model
     finally:
-        model.train(was_training)
+        for module, training in modes:
+            module.training = training
 
 
 def embed_images(

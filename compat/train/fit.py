@@ -297,7 +297,6 @@ class _Run:
     def train_epoch(self, epoch: int, reporter: Reporter) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         self.loss.on_epoch_start(epoch, self.ctx)
-        self.trainee.train()  # the method's hook may embed with the model, which resets its mode
         t0, cpu0 = time.perf_counter(), time.process_time()
         perm = torch.randperm(self.n, generator=self.gen)
         sums: dict[str, torch.Tensor] = {}

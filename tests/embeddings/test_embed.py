@@ -40,6 +40,14 @@ def test_embeddings_are_float32_unit_norm_and_batch_independent():
     np.testing.assert_allclose(a, ref, atol=1e-6)
 
 
+def test_each_layer_gets_its_own_mode_back():
+    # a model training with its BatchNorm kept in eval mode (bn_stats: frozen) keeps it so
+    model = _model().train()
+    model[2].eval()
+    embed_images(model, _images(), batch_size=4)
+    assert [m.training for m in model.modules()] == [True, True, True, False]
+
+
 def test_embed_items_reads_batches_through_the_loader():
     imgs = _images(10)
     ids = [f"x{i}" for i in range(10)]
