@@ -200,8 +200,8 @@ def _norm_buffers(model):
     ("method", "params"), [("independent", {}), ("unibct", {"refresh_at": [1]})]
 )
 def test_frozen_bn_stats_keep_the_parents_statistics(parents, data, method, params):
-    # unibct embeds with the model at the start of epoch 1, which resets the model's mode: the
-    # statistics must stay frozen across that too.
+    # unibct embeds with the model at the start of epoch 1 (an eval_mode pass in the middle of
+    # training): the frozen layers must come out of it still in eval mode.
     kw = {**BASE, "epochs": 2, "parent": "p", "init": "parent", "method": method}
     classes = ["c000", "c001", *OLD]
     frozen = TrainConfig(**kw, method_params=params, bn_stats="frozen")
