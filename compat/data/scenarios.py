@@ -41,24 +41,29 @@ Unit = Literal["classes", "items"]
 
 class Share(BaseModel):
     """A part of n things, cut the way ``assign`` cuts: ``fraction`` of them rounded as ``_take``
-    rounds (at least one, at most n), leaving at least ``spare`` out; with ``rest``, what that
-    part leaves over. The default is all of them."""
+    rounds (at least one, at most n), leaving at least ``spare`` out and keeping at most
+    ``most``; with ``rest``, what that part leaves over. The default is all of them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     fraction: float = Field(1.0, gt=0.0, le=1.0)
     spare: int = Field(0, ge=0)
+    most: int | None = Field(None, ge=1)
     rest: bool = False
 
     def of(self, n: int) -> int:
         """How many of n this share holds."""
         k = min(_take(n, self.fraction), n - self.spare)
+        if self.most is not None:
+            k = min(k, self.most)
         return n - k if self.rest else k
 
     def __str__(self) -> str:
-        if self.fraction == 1.0 and not self.spare and not self.rest:
+        if self.fraction == 1.0 and not self.spare and self.most is None and not self.rest:
             return "all"
-        part = f"{self.fraction * 100:g}%"
+        part = "all" if self.fraction == 1.0 else f"{self.fraction * 100:g}%"
+        if self.most is not None:
+            part += f" (at most {self.most})"
         if self.spare:
             part += f" (at least {self.spare} left out)"
         return f"what {part} leaves" if self.rest else part
@@ -304,9 +309,12 @@ class Incremental(_Scenario):
     far, learns from. Both sets of task t share its class order.
 
     With ``pretrain`` > 0 the first ``pretrain`` classes of the pool form one more set,
-    ``pretrain_name`` (every image of each), on which the starting model and the improved
-    replacement models are pre-trained (the d-Simplex/HOC paper's IAM-CL2R protocol): its classes
-    are disjoint from every task's (and, as every training class, from the evaluation classes).
+    ``pretrain_name``, on which the starting model and the improved replacement models are
+    pre-trained (the d-Simplex/HOC paper's IAM-CL2R protocol): its classes are disjoint from every
+    task's (and, as every training class, from the evaluation classes). It holds every image of
+    each class, or only the first ``pretrain_images`` of each (in the pool's seeded order): many
+    classes with few images each fill more of the fixed d-Simplex head's vertices for the same
+    number of images in all.
     """
 
     kind: Literal["incremental"]
@@ -323,6 +331,9 @@ class Incremental(_Scenario):
         0, ge=0, description="classes of a pre-training set disjoint from every task (0: none)"
     )
     pretrain_name: str = "pretrain"
+    pretrain_images: int | None = Field(
+        None, ge=1, description="images kept per pre-training class (None: every one)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Incremental:
@@ -334,6 +345,8 @@ class Incremental(_Scenario):
         tasks = {f"{self.prefix}{t}" for t in range(1, self.tasks + 1)}
         if self.pretrain and (self.pretrain_name in tasks or self.pretrain_name.endswith("-all")):
             raise ValueError(f"pretrain_name: {self.pretrain_name!r} is a task's name")
+        if self.pretrain_images is not None and not self.pretrain:
+            raise ValueError("pretrain_images: set, but there is no pre-training set (pretrain: 0)")
         return self
 
     def task_names(self) -> list[str]:
@@ -353,7 +366,8 @@ class Incremental(_Scenario):
         out: TrainSets = {}
         if self.pretrain:
             pre, classes = classes[: self.pretrain], classes[self.pretrain :]
-            out[self.pretrain_name] = ([i for c in pre for i in pool[c]], pre)
+            cap = self.pretrain_images
+            out[self.pretrain_name] = ([i for c in pre for i in pool[c][:cap]], pre)
         seen: list[str] = []
         for t, name in enumerate(self.task_names()):
             lo = 0 if t == 0 else self.initial + self.per_task * (t - 1)
@@ -384,7 +398,7 @@ class Incremental(_Scenario):
             pre, why = self.pretrain_name, "pretrain"
             out += [
                 ClassCount(a=pre, why=why, count=self.pretrain),
-                ItemsPerClass(a=pre, why=why),
+                ItemsPerClass(a=pre, why=why, share=Share(most=self.pretrain_images)),
                 *(Disjoint(a=pre, b=task, unit="classes", why=why) for task in tasks),
             ]
         why = "cumulative"

@@ -88,6 +88,19 @@ def test_share_cuts_as_assign_cuts(n, frac):
     assert Share(fraction=frac, spare=1, rest=True).of(n) == n - k
 
 
+@given(st.integers(1, 200), st.integers(1, 300), st.floats(0.01, 1.0))
+def test_share_keeps_at_most_most(n, most, frac):
+    assert Share(most=most).of(n) == min(n, most)  # the pre-training cap: pool[c][:most]
+    assert Share(fraction=frac, most=most).of(n) == min(_take(n, frac), most)
+
+
+def test_share_says_what_it_holds():
+    assert str(Share()) == "all"
+    assert str(Share(most=30)) == "all (at most 30)"
+    assert str(Share(fraction=0.25, spare=1)) == "25% (at least 1 left out)"
+    assert str(Share(fraction=0.25, spare=1, rest=True)) == "what 25% (at least 1 left out) leaves"
+
+
 # ---- declarations hold on what assign builds ---------------------------------------------------
 
 

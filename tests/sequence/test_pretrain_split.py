@@ -75,3 +75,68 @@ def test_split_declares_and_checks_the_disjointness(tiny_source):
     )
     with pytest.raises(DataValidationError, match="pretrain"):
         validate_split(tiny_source, params, {**manifests, "t2": leaked}, ev)
+
+
+def test_pretrain_images_keeps_the_first_of_each_class_by_hand():
+    inc = Incremental(
+        kind="incremental", initial=1, per_task=1, tasks=2, memory=1, pretrain=2, pretrain_images=2
+    )
+    sets = inc.assign(_pool(4, 3))
+    assert sets["pretrain"] == (["c0/0", "c0/1", "c1/0", "c1/1"], ["c0", "c1"])
+    # the tasks keep every image of their new classes: the cap is the pre-training set's alone
+    assert sets["t1"] == (["c2/0", "c2/1", "c2/2"], ["c2"])
+    assert sets["t2"] == (["c2/0", "c3/0", "c3/1", "c3/2"], ["c2", "c3"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(1, 8))
+def test_pretrain_images_caps_only_the_pretraining_set(pretrain, per_class, cap):
+    pool = _pool(pretrain + 3, per_class)
+    kw = dict(kind="incremental", initial=2, per_task=1, tasks=2, memory=1, pretrain=pretrain)
+    capped = Incremental(**kw, pretrain_images=cap).assign(pool)
+    every = Incremental(**kw).assign(pool)
+    ids, classes = capped["pretrain"]
+    assert classes == every["pretrain"][1]
+    assert len(ids) == pretrain * min(cap, per_class)  # the size the cap implies
+    assert set(ids) <= set(every["pretrain"][0])
+    assert {k: v for k, v in capped.items() if k != "pretrain"} == {
+        k: v for k, v in every.items() if k != "pretrain"
+    }
+
+
+def test_pretrain_images_needs_a_pretraining_set():
+    with pytest.raises(ValueError, match="pretrain_images: set, but there is no pre-training"):
+        Incremental(kind="incremental", pretrain_images=5)
+    with pytest.raises(ValueError, match="pretrain_images"):
+        Incremental(kind="incremental", pretrain=2, pretrain_images=0)
+
+
+def test_split_checks_the_pretraining_cap(tiny_source):
+    params = SplitParams(
+        eval=EvalSplit(classes=16, pairs=100, open_set_fraction=0.0),
+        scenarios=[
+            Incremental(
+                kind="incremental",
+                initial=4,
+                per_task=3,
+                tasks=2,
+                memory=2,
+                pretrain=5,
+                pretrain_images=3,
+            )
+        ],
+    )
+    manifests, ev = build_split(tiny_source, params)
+    validate_split(tiny_source, params, manifests, ev)  # the declared cap holds
+    pre = manifests["pretrain"]
+    assert len(pre.items) == 5 * 3
+    # one image more of a pre-training class than the cap allows is caught, naming the set
+    source_ids = {}
+    for it in tiny_source.items:
+        source_ids.setdefault(it.label, []).append(it.id)
+    extra = next(i for i in source_ids[pre.classes[0]] if i not in set(pre.items))
+    grown = pre.model_copy(
+        update={"items": [*pre.items, extra], "labels": [*pre.labels, pre.classes[0]]}
+    )
+    with pytest.raises(DataValidationError, match=r"pretrain.*at most 3"):
+        validate_split(tiny_source, params, {**manifests, "pretrain": grown}, ev)
