@@ -73,6 +73,16 @@ def _scenarios(n_classes: int) -> list:
         Incremental(
             kind="incremental", initial=per, per_task=per, tasks=3, memory=2, cumulative=[1, 3]
         ),
+        Incremental(  # a pre-training set capped below most classes' sizes
+            kind="incremental",
+            initial=per,
+            per_task=per,
+            tasks=2,
+            memory=1,
+            prefix="p",
+            pretrain=per,
+            pretrain_images=3,
+        ),
     ]
 
 
