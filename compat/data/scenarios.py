@@ -59,8 +59,6 @@ class Share(BaseModel):
         return n - k if self.rest else k
 
     def __str__(self) -> str:
-        if self.fraction == 1.0 and not self.spare and self.most is None and not self.rest:
-            return "all"
         part = "all" if self.fraction == 1.0 else f"{self.fraction * 100:g}%"
         if self.most is not None:
             part += f" (at most {self.most})"
