@@ -29,7 +29,14 @@ FLOORS: list[set[str]] = [
     {"embeddings"},
     {"models"},
     {"data"},
-    {"compat", "config", "errors", "io", "catalog"},  # the ground floor ("compat": __init__.py)
+    {
+        "compat",
+        "config",
+        "errors",
+        "io",
+        "catalog",
+        "rowblocks",
+    },  # the ground floor ("compat": __init__.py)
 ]
 GROUND = FLOORS[-1]
 

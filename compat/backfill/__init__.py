@@ -4,7 +4,8 @@ One concept per module (this package imports nothing heavy):
 
 * :mod:`~compat.backfill.plan`    row versions and which rows a (partial) backfill upgrades
 * :mod:`~compat.backfill.apply`   apply psi to a stored gallery: streamed, resumable, atomic
-* :mod:`~compat.backfill.ray_engine`  the same with Ray Data over Parquet shards
+* :mod:`~compat.backfill.engines` where psi runs: this process or Ray tasks (a parameter of
+  the one loop in ``apply``)
 
 The upgrade module itself is :mod:`compat.models.upgrade`; fitting it is
 :mod:`compat.train.upgrade`; searching a partially backfilled gallery is

@@ -16,9 +16,12 @@ Guarantees:
   the saved blocks; a work folder of another job is discarded. For a Parquet output the saved
   blocks are the output's shards; otherwise they are concatenated into the output, and the
   folder is removed once the output is written.
-* **Row for row the in-memory path**: psi runs over whole blocks (:func:`apply_psi`), so a row's
-  value does not depend on which other rows were selected, and ``engine="ray"``
-  (:mod:`compat.backfill.ray_engine`) writes the same output as the local engine.
+* **Row for row the in-memory path**: every row is computed by
+  :meth:`compat.models.upgrade.FoldedUpgrade.apply` in its fixed row block
+  (:mod:`compat.models.rowblocks`), so its value depends neither on the batch size nor on which other
+  rows were selected, and every engine (:mod:`compat.backfill.engines`: this process, or Ray
+  workers) writes the same bits as :func:`compat.models.upgrade.upgrade_array` on the whole
+  matrix, on the same machine.
 * **Provenance**: the output records every row's version (``row_versions``), a bundle-level
   ``version`` when all rows share one, and appends this run to ``meta["backfill"]``.
 
@@ -39,7 +42,7 @@ import os
 import shutil
 import sys
 import time
-import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from compat.backfill.engines import ENGINES, make_engine
 from compat.backfill.plan import Selection, bundle_version, check_rows, row_versions, select_rows
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.io import atomic_path, fingerprint, sha256_bytes, write_json
@@ -192,8 +196,8 @@ def backfill(
     ``gallery`` and ``out`` are any of the formats of :mod:`compat.embeddings.formats` (the
     format follows the path). Rows are read, upgraded and saved one block of ``batch_size``
     rows at a time, so memory stays bounded for ``.npy`` and Parquet galleries of any size.
-    ``engine="ray"`` runs psi with Ray Data over a Parquet gallery
-    (:mod:`compat.backfill.ray_engine`); its output is identical.
+    ``engine="ray"`` runs psi as Ray tasks (:mod:`compat.backfill.engines`); its output is
+    identical.
     """
     from compat.embeddings.formats import GalleryReader, format_of
 
@@ -218,8 +222,6 @@ def backfill(
 
     reader = GalleryReader(gallery_path)
     where = reader.where
-    if engine == "ray" and reader.format != "parquet":
-        raise UsageError("--engine ray reads a folder of Parquet shards; convert the gallery first")
     versions = row_version_array(
         reader.version,
         reader.row_versions,
@@ -274,8 +276,6 @@ def backfill(
             f"{psi_where}: out_dim: psi makes {out_dim}-dim rows from {reader.dim}-dim ones; "
             "a partial backfill would mix both widths in one gallery; use --fraction 1"
         )
-    if engine == "ray" and len(rows) != n_source:
-        raise UsageError("--engine ray upgrades every --from row (--fraction 1)")
     if out_format == "npz" and reader.labels is None:
         raise BadInputError(f"{where}: labels: an .npz output needs labels; write .npy or Parquet")
 
@@ -330,16 +330,12 @@ def backfill(
         say(f"backfill: resuming: {len(done)} of {n_batches} batches already done")
     label = f"backfill {source} -> {target}"
     done_rows = sum(min(batch_size, reader.n - b * batch_size) for b in done)
+    runner = make_engine(engine, psi_path, card.weights_sha256, device)
     with _Bar(reader.n, done_rows, progress, label) as bar:
-        if engine == "ray":
-            from compat.backfill.ray_engine import upgrade_blocks
-
-            blocks = upgrade_blocks(reader, psi_path, source, batch_size, done, device)
-        else:
-            blocks = _upgrade_local(reader, psi_path, selected, batch_size, done, device, psi_where)
         t0, moved = time.perf_counter(), 0
-        for b, block, y in blocks:
-            parts.write(b, block, y)
+        for block, y_all in runner.map(_jobs(reader, selected, batch_size, done)):
+            y = _merge(block, y_all, selected, psi_where)
+            parts.write(block.start // batch_size, block, y)
             moved += len(y)
             bar.advance(len(y), moved / max(time.perf_counter() - t0, 1e-9))
 
@@ -352,9 +348,6 @@ def backfill(
         resumed_batches=len(done),
         seconds=round(time.perf_counter() - started, 4),
     )
-
-
-ENGINES = ("local", "ray")
 
 
 def row_version_array(
@@ -372,61 +365,36 @@ def row_version_array(
     return np.full(n, one)
 
 
-def _upgrade_local(
-    reader: Any,
-    psi_path: Path,
-    selected: np.ndarray,
-    batch_size: int,
-    done: set[int],
-    device: str,
-    psi_where: str,
-) -> Any:
-    """(batch number, block, upgraded rows) for every unfinished block, psi in this process."""
-    from compat.models.upgrade import FoldedUpgrade, load_upgrade
-
-    fast = None
+def _jobs(
+    reader: Any, selected: np.ndarray, batch_size: int, done: set[int]
+) -> Iterator[tuple[Any, np.ndarray | None, int]]:
+    """(block, rows for psi or None, the block's first row) for every unfinished block: psi
+    runs over the whole block when any of its rows is selected, so a row's value never
+    depends on which other rows were (every row is computed in its fixed row block)."""
     for block in reader.blocks(batch_size, skip=done):
-        b = block.start // batch_size
         sel = selected[block.start : block.start + len(block.embeddings)]
-        x = block.embeddings
-        if sel.any():
-            if fast is None:
-                psi, _ = load_upgrade(psi_path)
-                fast = FoldedUpgrade(psi, device)
-            # psi runs over the whole block even when only some rows are selected: a row's
-            # result then depends on the block size alone (BLAS picks its kernel by the number
-            # of rows), so any selection agrees row for row with the in-memory path.
-            y_all = apply_psi(fast, x)
-            bad = ~np.isfinite(y_all[sel])
-            if bad.any():
-                r = int(np.flatnonzero(sel)[int(np.argwhere(bad)[0, 0])])
-                raise BadInputError(
-                    f"{psi_where}: psi produced NaN or inf for gallery row {block.start + r}"
-                )
-            if sel.all():
-                y = y_all
-            else:
-                y = np.array(x, dtype=np.float32, copy=True)
-                y[sel] = y_all[sel]
-        else:
-            y = x
-        yield b, block, y
+        yield block, (block.embeddings if sel.any() else None), block.start
 
 
-def apply_psi(fast: Any, x: np.ndarray) -> np.ndarray:
-    """psi (a :class:`~compat.models.upgrade.FoldedUpgrade`) over one block of rows.
-
-    A one-row block is run as two identical rows: BLAS computes a single row with its
-    matrix-vector kernel, whose sums differ from the matrix kernel's in the last bit, and every
-    engine must give the same rows whatever the block boundaries."""
-    import torch
-
-    one = x.shape[0] == 1
-    rows = np.repeat(x, 2, axis=0) if one else np.ascontiguousarray(x, dtype=np.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only blocks: psi copies them
-        y = fast(torch.from_numpy(rows)).cpu().numpy()
-    return y[:1] if one else y
+def _merge(
+    block: Any, y_all: np.ndarray | None, selected: np.ndarray, psi_where: str
+) -> np.ndarray:
+    """A block's output rows: psi's rows where selected, the stored rows elsewhere."""
+    x = block.embeddings
+    if y_all is None:
+        return x
+    sel = selected[block.start : block.start + len(x)]
+    bad = ~np.isfinite(y_all[sel])
+    if bad.any():
+        r = int(np.flatnonzero(sel)[int(np.argwhere(bad)[0, 0])])
+        raise BadInputError(
+            f"{psi_where}: psi produced NaN or inf for gallery row {block.start + r}"
+        )
+    if sel.all():
+        return y_all
+    y = np.array(x, dtype=np.float32, copy=True)
+    y[sel] = y_all[sel]
+    return y
 
 
 class _Parts:

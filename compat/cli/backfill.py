@@ -30,9 +30,9 @@ HELP = (
     "of Parquet shards (columns id, embedding as a fixed-size list of float32, optional label "
     "and row_version). Rows stream through in blocks of --batch-size, so memory stays bounded "
     "for .npy and Parquet galleries of any size.\n\n"
-    "--engine ray runs psi with Ray Data (map_batches) over a Parquet gallery: on a local Ray "
-    "runtime, or on the cluster named by RAY_ADDRESS; the output is identical to the local "
-    "engine's.\n\n"
+    "--engine ray runs psi as Ray tasks, one per block (any format, any --fraction): on a "
+    "local Ray runtime, or on the cluster named by RAY_ADDRESS; the output is identical to the "
+    "local engine's.\n\n"
     "Exit codes: 0 done; 2 usage (bad option, --out is the input, --out cannot be written: "
     "under a file, under /proc); 3 a file is missing (gallery, psi); 4 bad input (rows not "
     "made by --from, psi of other versions or dimensions, NaN or inf rows, unreadable files, "
@@ -64,7 +64,9 @@ def backfill(
     ),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
     engine: str = typer.Option(
-        "local", "--engine", help="local (this process) or ray (Ray Data; RAY_ADDRESS or local)."
+        "local",
+        "--engine",
+        help="local (this process) or ray (Ray tasks; RAY_ADDRESS or a local runtime).",
     ),
     progress: bool | None = typer.Option(
         None, "--progress/--no-progress", help="Progress bar (default: when stderr is a terminal)."

@@ -21,8 +21,8 @@ refuses is saved as this identity (:mod:`compat.train.upgrade`). Cards without `
 
 Inputs and outputs are L2-normalised, as galleries store them: :meth:`UpgradeModule.upgrade`
 normalises its input, applies psi and normalises the result. :func:`upgrade_array` is the fast
-inference path (BatchNorm folded into the preceding Linear, in-place ReLU, large batches) and is
-tested against the plain eval-mode module.
+inference path (BatchNorm folded into the preceding Linear, in-place ReLU, fixed row blocks:
+:mod:`compat.models.rowblocks`) and is tested against the plain eval-mode module.
 
 On disk psi lives in ``models/<new version>/upgrade/``: ``weights.safetensors`` plus
 ``card.json`` naming the ``from`` and ``to`` versions, both versions' weights sha256, the data it
@@ -48,6 +48,7 @@ from compat.models.card import (
     read_upgrade_card,
     write_upgrade_card,
 )
+from compat.models.rowblocks import ROW_BLOCK, map_rows
 from compat.models.version import read_verified
 
 UPGRADE_DIR = "upgrade"
@@ -60,7 +61,7 @@ def default_hidden(in_dim: int) -> int:
     return BICT_RATIO * in_dim
 
 
-DEFAULT_BATCH = 8192
+GPU_ROW_BLOCK = 8192  # rows per product on a GPU (a fixed block, as ROW_BLOCK on the CPU)
 
 
 class UpgradeModule(nn.Module):
@@ -129,16 +130,25 @@ class UpgradeModule(nn.Module):
 
 
 class FoldedUpgrade:
-    """The eval-mode psi as plain matrix products (the fast path of :func:`upgrade_array`)."""
+    """The eval-mode psi as plain matrix products (the fast path of :func:`upgrade_array`).
+
+    :meth:`apply` is the one way compat applies psi to stored rows (the evaluate stage, the
+    gate, ``compat backfill`` on every engine): over fixed row blocks
+    (:func:`compat.models.rowblocks.map_rows`), so a row's result does not depend on how the rows
+    around it were batched."""
 
     def __init__(self, psi: UpgradeModule, device: str | torch.device = "cpu") -> None:
         self.layers = [(w.to(device), b.to(device)) for w, b in psi.folded()]
         self.in_dim, self.out_dim = psi.in_dim, psi.out_dim
         self.residual = psi.residual
         self.device = torch.device(device)
+        # A GPU runs a whole product per kernel launch: small blocks would only add launches.
+        self.block = ROW_BLOCK if self.device.type == "cpu" else GPU_ROW_BLOCK
 
     @torch.inference_mode()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """psi over the rows of ``x`` as one product (its result depends on ``len(x)``: use
+        :meth:`apply` for stored rows)."""
         x0 = F.normalize(x.to(self.device, torch.float32), dim=1)
         h = x0
         last = len(self.layers) - 1
@@ -150,25 +160,31 @@ class FoldedUpgrade:
             h.add_(x0)
         return F.normalize(h, dim=1)
 
+    def _block(self, rows: np.ndarray) -> np.ndarray:
+        return self(torch.from_numpy(rows)).cpu().numpy()
+
+    def apply(self, x: np.ndarray, start: int = 0) -> np.ndarray:
+        """psi over (n, in_dim) rows that are rows ``start ..`` of a gallery: float32
+        (n, out_dim), L2-normalised; each row the same whatever ``start`` and ``n`` the caller
+        batches by (row ``r`` is computed in the fixed block of rows ``r // block * block ..``)."""
+        if x.ndim != 2 or x.shape[1] != self.in_dim:
+            raise BadInputError(
+                f"embeddings: psi expects (n, {self.in_dim}) rows, got shape {tuple(x.shape)}"
+            )
+        return map_rows(self._block, x, start=start, out_dim=self.out_dim, block=self.block)
+
 
 def upgrade_array(
     psi: UpgradeModule | FoldedUpgrade,
     embeddings: np.ndarray,
-    batch_size: int = DEFAULT_BATCH,
     device: str | torch.device = "cpu",
+    *,
+    start: int = 0,
 ) -> np.ndarray:
-    """psi applied to (n, in_dim) stored embeddings: float32 (n, out_dim), L2-normalised."""
+    """psi applied to (n, in_dim) stored embeddings: float32 (n, out_dim), L2-normalised
+    (:meth:`FoldedUpgrade.apply`; ``start``: the first row's index in its gallery)."""
     fast = psi if isinstance(psi, FoldedUpgrade) else FoldedUpgrade(psi, device)
-    x = np.asarray(embeddings)
-    if x.ndim != 2 or x.shape[1] != fast.in_dim:
-        raise BadInputError(
-            f"embeddings: psi expects (n, {fast.in_dim}) rows, got shape {tuple(x.shape)}"
-        )
-    out = np.empty((x.shape[0], fast.out_dim), dtype=np.float32)
-    for s in range(0, x.shape[0], batch_size):
-        block = torch.from_numpy(np.ascontiguousarray(x[s : s + batch_size], dtype=np.float32))
-        out[s : s + block.shape[0]] = fast(block).cpu().numpy()
-    return out
+    return fast.apply(np.asarray(embeddings), start)
 
 
 # --------------------------------------------------------------------------- on disk

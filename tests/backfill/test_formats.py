@@ -10,6 +10,7 @@ from compat.backfill.apply import backfill, work_dir_for
 from compat.embeddings.bundle import Sidecar, save_sidecar
 from compat.embeddings.formats import GalleryReader, load_gallery, sidecar_of, write_shard
 from compat.errors import BadInputError, UsageError
+from compat.models.rowblocks import ROW_BLOCK
 from compat.models.upgrade import upgrade_array
 
 
@@ -71,13 +72,35 @@ def test_partial_backfill_streams_the_same_rows(psi_and_gallery, fmt):
              **{**kw, "fraction": 1.0})  # fmt: skip
     full = GalleryReader(_out(fmt, root, "full"))
     assert full.version == "v2" and len(full.meta["backfill"]) == 2
-    # a one-row block goes through BLAS's matrix-vector kernel: equal to within an ulp
-    np.testing.assert_allclose(
-        load_gallery(_out(fmt, root, "full")).embeddings,
-        upgrade_array(psi, before.embeddings),
-        rtol=0,
-        atol=1e-6,
+    # batches of 7 leave a one-row last block: the same bits (fixed row blocks)
+    np.testing.assert_array_equal(
+        load_gallery(_out(fmt, root, "full")).embeddings, upgrade_array(psi, before.embeddings)
     )
+
+
+# 515 rows = two fixed row blocks (ROW_BLOCK 256) and 3 rows; each batch size leaves a last
+# batch of 1, 2 or 3 rows, and 128 puts batch edges inside the fixed blocks.
+@pytest.mark.parametrize("batch_size", [257, 171, 128])
+@pytest.mark.parametrize("dst", ["npz", "npy", "parquet"])
+def test_any_batch_size_gives_the_bits_of_the_in_memory_path(tmp_path, kit, batch_size, dst):
+    assert ROW_BLOCK == 256
+    psi, _ = kit.make_psi(tmp_path / "psi", in_dim=16, out_dim=16, hidden=64)
+    before = kit.make_gallery(tmp_path / "g.npz", n=515, d=16, seed=1)
+    assert 515 % batch_size in (1, 2, 3)
+    out = _out(dst, tmp_path, "up")
+    res = backfill(tmp_path / "g.npz", out, source="v1", target="v2", psi_dir=tmp_path / "psi",
+                   batch_size=batch_size, progress=False)  # fmt: skip
+    assert res.upgraded == 515
+    want = upgrade_array(psi, before.embeddings)
+    np.testing.assert_array_equal(load_gallery(out).embeddings, want)
+    # a partial backfill in the same batches upgrades its rows to the same bits
+    part = _out(dst, tmp_path, "part")
+    backfill(tmp_path / "g.npz", part, source="v1", target="v2", psi_dir=tmp_path / "psi",
+             batch_size=batch_size, fraction=0.3, order="random", seed=2, progress=False)  # fmt: skip
+    got = load_gallery(part)
+    up = np.array([v == "v2" for v in got.row_versions])
+    np.testing.assert_array_equal(got.embeddings[up], want[up])
+    np.testing.assert_array_equal(got.embeddings[~up], before.embeddings[~up])
 
 
 def test_parquet_output_replaces_an_older_folder_whole(psi_and_gallery):

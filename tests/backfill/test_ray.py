@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from compat.backfill.apply import backfill
-from compat.embeddings.formats import write_shard
+from compat.embeddings.formats import load_gallery, write_shard
+from compat.models.upgrade import upgrade_array
 
 ray = pytest.importorskip("ray")
 
@@ -50,3 +51,16 @@ def test_ray_engine_writes_what_the_local_engine_writes(psi_and_gallery, local_r
     for m in meta:
         m["meta"]["backfill"][0].pop("at")
     assert meta[0] == meta[1]
+
+
+def test_ray_engine_takes_any_format_and_a_partial_backfill(psi_and_gallery, local_ray):
+    root, psi, _, before = psi_and_gallery
+    kw = {"source": "v1", "target": "v2", "psi_dir": root / "models" / "v2" / "upgrade",
+          "batch_size": 7, "fraction": 0.4, "order": "random", "seed": 1, "progress": False}  # fmt: skip
+    backfill(root / "g.npz", root / "local.npz", **kw)
+    backfill(root / "g.npz", root / "ray.npz", engine="ray", **kw)
+    a, b = load_gallery(root / "local.npz"), load_gallery(root / "ray.npz")
+    assert a.row_versions == b.row_versions and a.row_versions.count("v2") == 20
+    np.testing.assert_array_equal(a.embeddings, b.embeddings)
+    up = np.array([v == "v2" for v in b.row_versions])
+    np.testing.assert_array_equal(b.embeddings[up], upgrade_array(psi, before.embeddings)[up])

@@ -35,8 +35,10 @@ def test_folded_fast_path_equals_the_eval_module(kit):
     x = kit.unit(np.random.default_rng(1).standard_normal((37, 8)))
     with torch.no_grad():
         slow = psi.upgrade(torch.from_numpy(x)).numpy()  # the plain eval-mode reference
-    fast = upgrade_array(psi, x, batch_size=10)  # several batches, one partial
+    fast = upgrade_array(psi, x)
     np.testing.assert_allclose(fast, slow, atol=2e-6)
+    pieces = [upgrade_array(psi, x[s : s + 10], start=s) for s in range(0, len(x), 10)]
+    np.testing.assert_array_equal(np.concatenate(pieces), fast)  # one partial piece of 7
     np.testing.assert_allclose(np.linalg.norm(fast, axis=1), 1.0, atol=1e-6)
     assert fast.dtype == np.float32
 

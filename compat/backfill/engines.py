@@ -1,0 +1,130 @@
+"""Where a backfill runs psi: in this process (``local``) or on Ray workers (``ray``).
+
+An engine is a parameter of the one backfill loop (:func:`compat.backfill.apply.backfill`),
+not a second loop: the loop reads the gallery's blocks, hands each block's rows to the engine
+and writes what comes back, in row order. Both engines compute a block with
+:meth:`compat.models.upgrade.FoldedUpgrade.apply` at the block's row offset, over the same
+fixed row blocks (:mod:`compat.models.rowblocks`), so their outputs are the same bits whatever the
+batch size, and the same as the in-memory path (:func:`compat.models.upgrade.upgrade_array`).
+
+``ray`` runs on a local Ray runtime or the cluster named by ``RAY_ADDRESS``: each block is one
+Ray task (one CPU; each worker process loads psi once), at most ``in_flight`` blocks are out at
+a time, and the results come back in order. psi's work scales with the workers; reading the
+gallery and the ordered write stay at the driver.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+ENGINES = ("local", "ray")
+
+# psi per process, loaded by the first block that process upgrades (a Ray worker process runs
+# many tasks; it loads psi once). Keyed by folder, weights digest and device.
+_PSI: dict[tuple[str, str, str], Any] = {}
+
+
+def _folded(psi_path: str, sha256: str, device: str) -> Any:
+    from compat.models.upgrade import FoldedUpgrade, load_upgrade
+
+    key = (psi_path, sha256, device)
+    if key not in _PSI:
+        psi, card = load_upgrade(Path(psi_path))
+        if card.weights_sha256 != sha256:  # the folder changed under a running backfill
+            from compat.errors import BadInputError
+
+            raise BadInputError(
+                f"{Path(psi_path) / 'card.json'}: weights_sha256: psi changed during the backfill"
+            )
+        _PSI[key] = FoldedUpgrade(psi, device)
+    return _PSI[key]
+
+
+def upgrade_rows(psi_path: str, sha256: str, device: str, x: np.ndarray, start: int) -> np.ndarray:
+    """psi over rows ``start ..`` of a gallery (what every engine computes for a block)."""
+    return _folded(psi_path, sha256, device).apply(x, start)
+
+
+class Engine(Protocol):
+    def map(
+        self, jobs: Iterable[tuple[T, np.ndarray | None, int]]
+    ) -> Iterator[tuple[T, np.ndarray | None]]:
+        """For each ``(tag, rows, start)`` in order: ``(tag, psi over rows)``; ``rows`` None
+        (a block with nothing to upgrade) comes back as None."""
+        ...
+
+
+class LocalEngine:
+    """psi in this process, one block after another."""
+
+    def __init__(self, psi_path: Path, sha256: str, device: str = "cpu") -> None:
+        self.args = (str(psi_path), sha256, device)
+
+    def map(
+        self, jobs: Iterable[tuple[T, np.ndarray | None, int]]
+    ) -> Iterator[tuple[T, np.ndarray | None]]:
+        for tag, x, start in jobs:
+            yield tag, None if x is None else upgrade_rows(*self.args, x, start)
+
+
+class RayEngine:
+    """psi as one Ray task per block, at most ``in_flight`` blocks out at a time."""
+
+    def __init__(
+        self, psi_path: Path, sha256: str, device: str = "cpu", in_flight: int | None = None
+    ) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            # RAY_ADDRESS names a cluster; without it a local runtime starts (and stops at exit).
+            ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+                     logging_level="ERROR", log_to_driver=False)  # fmt: skip
+        self._ray = ray
+        self._task = ray.remote(num_cpus=1)(upgrade_rows)
+        self.args = (str(psi_path), sha256, device)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        # Two blocks per CPU keep every worker busy while the driver reads and writes.
+        self.in_flight = in_flight or max(2, 2 * cpus)
+
+    def map(
+        self, jobs: Iterable[tuple[T, np.ndarray | None, int]]
+    ) -> Iterator[tuple[T, np.ndarray | None]]:
+        pending: deque[tuple[T, Any]] = deque()
+        for tag, x, start in jobs:
+            ref = None if x is None else self._task.remote(*self.args, x, start)
+            pending.append((tag, ref))
+            if len(pending) >= self.in_flight:
+                yield self._take(pending)
+        while pending:
+            yield self._take(pending)
+
+    def _take(self, pending: deque[tuple[T, Any]]) -> tuple[T, np.ndarray | None]:
+        from compat.errors import CompatError
+
+        tag, ref = pending.popleft()
+        if ref is None:
+            return tag, None
+        try:
+            return tag, self._ray.get(ref)
+        except self._ray.exceptions.RayTaskError as err:
+            if isinstance(err.cause, CompatError):  # one line, as the local engine says it
+                raise err.cause from None
+            raise
+
+
+def make_engine(name: str, psi_path: Path, sha256: str, device: str = "cpu") -> Engine:
+    """The engine called ``name`` (one of :data:`ENGINES`)."""
+    if name == "ray":
+        return RayEngine(psi_path, sha256, device)
+    return LocalEngine(psi_path, sha256, device)
+
+
+__all__ = ["ENGINES", "Engine", "LocalEngine", "RayEngine", "make_engine", "upgrade_rows"]
