@@ -42,3 +42,9 @@ class ConflictError(CompatError):
     """Someone else changed what this command was about to change (compare-and-set lost)."""
 
     exit_code = 6
+
+
+# Not an error: a command that ran correctly but did not do its job (``compat backfill`` with
+# a psi refused when it was fitted: nothing upgraded, nothing written). Scripts that chain
+# ``compat backfill ... && deploy`` must not deploy a file that was never written.
+NOTHING_DONE = 7

@@ -2,30 +2,41 @@
 """The CI gate (.github/workflows/compat-gate.yml): pull, register, promote.
 
     python scripts/ci_gate.py [CANDIDATE] [--dry-run] [--no-pull] [--embeddings-dir DIR]
+                              [--contracts DIR] [--params FILE] [--bootstrap N] [--report DIR]
 
-1. The candidate is CANDIDATE, else the newest contract in ``contracts/`` (natural order).
+1. The candidate is CANDIDATE, else the newest contract in ``--contracts`` (natural order).
 2. Every version its gate needs is listed: its parent, its ``transitive`` ancestors and its
-   paragon (the contract's, else ``params.yaml`` ``evaluate.paragon``), then theirs, and so on.
+   paragon (the contract's, else ``--params`` ``evaluate.paragon``), then theirs, and so on.
 3. The trained versions are restored from the DVC remote with ``dvc pull`` instead of
    retraining: every output ``dvc.lock`` records (the evaluation images and split the gate
    embeds, ``models/<v>/``, psi); with ``--embeddings-dir``, only the bundles
    ``<dir>/<v>.npz`` of the needed versions.
-4. Each is registered, ancestors first: identical weights are a no-op; other weights under a
-   registered name stop the gate (exit 4, naming both digests).
-5. ``compat promote CANDIDATE --against <production now>`` (``none`` while production is unset):
-   the compare-and-set moves production only from the version read here; ``--dry-run`` on pull
-   requests records nothing.
+4. Each is registered, ancestors first, with its contract from ``--contracts``: identical
+   weights are a no-op; other weights under a registered name stop the gate (exit 4, naming
+   both digests).
+5. ``compat promote CANDIDATE --against <production now>`` (``none`` while production is unset)
+   with the same ``--contracts``, ``--params`` and ``--bootstrap``: the compare-and-set moves
+   production only from the version read here; ``--dry-run`` on pull requests records nothing.
+   The verdict is printed as markdown; with ``--report DIR`` it is also written into DIR as
+   ``gate-report.json`` (what ``compat promote --json`` prints, or the error) and as
+   ``gate-report`` in markdown (the step summary), which the workflow uploads.
 
-The exit code is compat's (0 pass, 1 a criterion failed, 2 usage, 3 not found, 4 bad input,
-5 registry unreachable, 6 production moved meanwhile); ``dvc pull`` failing is 5.
+Every option is passed on to what it names (tests/scripts/test_ci_gate.py fails when one is
+accepted but ignored). The exit code is compat's (0 pass, 1 a criterion failed, 2 usage,
+3 not found, 4 bad input, 5 registry unreachable, 6 production moved meanwhile); ``dvc pull``
+failing is 5.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -65,21 +76,66 @@ def needed_versions(candidate: str, contracts: Path, params: Path) -> list[str]:
     return order
 
 
-def compat(*args: str) -> int:
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+def compat(*args: str, capture: bool = False) -> Ran:
+    """``compat ARGS`` in this process (mlflow is imported once for the whole gate, not once
+    per command); ``capture``: return its stdout and stderr instead of printing them."""
+    import click
+
+    from compat.cli.main import app
+
     print("+ compat " + " ".join(args), flush=True)
-    return subprocess.run([sys.executable, "-m", "compat.cli.main", *args]).returncode
+    out, err = (io.StringIO(), io.StringIO()) if capture else (sys.stdout, sys.stderr)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = app(list(args), prog_name="compat", standalone_mode=False) or 0
+        except click.ClickException as e:  # a usage error: click's message, exit 2
+            e.show()
+            code = e.exit_code
+        except click.exceptions.Abort:
+            code = 1
+    if not capture:
+        return Ran(int(code))
+    return Ran(int(code), out.getvalue(), err.getvalue())  # type: ignore[union-attr]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("candidate", nargs="?")
+    ap.add_argument("candidate", nargs="?", help="version to gate (default: newest contract)")
     ap.add_argument("--dry-run", action="store_true", help="evaluate only; record nothing")
     ap.add_argument("--no-pull", action="store_true", help="the trained versions are here already")
     ap.add_argument("--embeddings-dir", type=Path, help="register versions from <dir>/<v>.npz")
-    ap.add_argument("--contracts", type=Path, default=Path("contracts"))
-    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
-    ap.add_argument("--bootstrap", default="1000")
-    a = ap.parse_args(argv)
+    ap.add_argument("--contracts", type=Path, default=Path("contracts"), help="contracts folder")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file")
+    ap.add_argument("--bootstrap", default="1000", help="bootstrap resamples of the gate")
+    ap.add_argument("--report", type=Path, help="write gate-report.json and gate-report.md here")
+    return ap
+
+
+def write_report(folder: Path, run: Ran, command: str) -> None:
+    """gate-report.json (promote's JSON, or the error) and gate-report.md (the summary)."""
+    from compat.cli.output import error_summary, promote_summary
+
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        report = json.loads(run.stdout)
+        markdown = promote_summary(report, report.get("run_url"))
+    except ValueError:  # no verdict: the command stopped with an error
+        message = (run.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("error: ")
+        report = {"error": message, "exit_code": run.returncode}
+        markdown = error_summary(command, message, run.returncode)
+    (folder / "gate-report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (folder / "gate-report.md").write_text(markdown)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
 
     from compat.errors import CompatError
 
@@ -107,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             return 5
     for v in versions:
         extra = ["--embeddings", source(v)] if a.embeddings_dir else []
-        code = compat("register", v, *extra)
+        code = compat("register", v, "--contracts", str(a.contracts), *extra).returncode
         if code:
             return code
     from compat.registry.store import Registry
@@ -119,7 +175,16 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     against = production or "none"
     gate = ["promote", candidate, "--against", against, "--bootstrap", a.bootstrap]
-    return compat(*gate, *(["--dry-run"] if a.dry_run else []))
+    gate += ["--contracts", str(a.contracts), "--params", str(a.params)]
+    gate += ["--dry-run"] if a.dry_run else []
+    if a.report is None:
+        return compat(*gate).returncode
+    run = compat(*gate, "--json", capture=True)
+    sys.stderr.write(run.stderr)
+    write_report(a.report, run, f"compat promote {candidate}")
+    print((a.report / "gate-report.md").read_text(), flush=True)
+    print(f"gate report: {a.report / 'gate-report.json'}, {a.report / 'gate-report.md'}")
+    return run.returncode
 
 
 if __name__ == "__main__":

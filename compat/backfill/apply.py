@@ -78,8 +78,14 @@ class BackfillResult:
     seconds: float
     refused: str | None = None  # psi was refused when fitted: nothing upgraded, nothing written
 
+    @property
+    def written(self) -> bool:
+        """Whether ``out`` was written (a refused psi writes nothing)."""
+        return self.refused is None
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        why = None if self.written else f"psi was refused when it was fitted: {self.refused}"
+        return {**asdict(self), "written": self.written, "why": why}
 
 
 def work_dir_for(out: str | os.PathLike[str]) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from compat.cli.common import exit_on_error
+from compat.errors import NOTHING_DONE
 
 HELP = (
     "Upgrade the stored embeddings of a gallery made by --from into --to's space with the "
@@ -33,10 +34,14 @@ HELP = (
     "--engine ray runs psi as Ray tasks, one per block (any format, any --fraction): on a "
     "local Ray runtime, or on the cluster named by RAY_ADDRESS; the output is identical to the "
     "local engine's.\n\n"
-    "Exit codes: 0 done; 2 usage (bad option, --out is the input, --out cannot be written: "
-    "under a file, under /proc); 3 a file is missing (gallery, psi); 4 bad input (rows not "
-    "made by --from, psi of other versions or dimensions, NaN or inf rows, unreadable files, "
-    "a wrong Parquet schema)."
+    "A psi the upgrade stage refused (it did not beat the gallery left alone) upgrades "
+    "nothing: --out is not written and the command exits 7, unless --allow-refused accepts "
+    "that (exit 0); --json then says written: false and why.\n\n"
+    "Exit codes: 0 done (or nothing to do, accepted with --allow-refused); 2 usage (bad "
+    "option, --out is the input, --out cannot be written: under a file, under /proc); 3 a file "
+    "is missing (gallery, psi); 4 bad input (rows not made by --from, psi of other versions or "
+    "dimensions, NaN or inf rows, unreadable files, a wrong Parquet schema); 7 nothing "
+    "upgraded, --out not written (psi was refused)."
 )
 
 
@@ -71,6 +76,11 @@ def backfill(
     progress: bool | None = typer.Option(
         None, "--progress/--no-progress", help="Progress bar (default: when stderr is a terminal)."
     ),
+    allow_refused: bool = typer.Option(
+        False,
+        "--allow-refused",
+        help="A refused psi (nothing upgraded, --out not written) exits 0 instead of 7.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
 ) -> None:
     with exit_on_error():
@@ -97,23 +107,24 @@ def backfill(
             engine=engine,
             log=lambda msg: print(msg, file=sys.stderr),
         )
-        if as_json:
-            sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
-            return
-        if result.refused is not None:
-            print(
-                f"backfill: no upgrade: psi {source} -> {target} was refused when it was fitted "
-                f"({result.refused}); {result.remaining} rows stay in {source}; {out} not written"
-            )
-            return
-        resumed = (
-            f", resumed after {result.resumed_batches} batches" if result.resumed_batches else ""
-        )
+    code = 0 if result.written or allow_refused else NOTHING_DONE
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
+        raise typer.Exit(code)
+    if not result.written:
+        hint = "" if allow_refused else " (exit 7; --allow-refused accepts this)"
         print(
-            f"backfill: {result.upgraded} of {result.total} rows upgraded {source} -> {target} "
-            f"in {result.batches} batches{resumed}; {result.already + result.upgraded} rows in "
-            f"{target}, {result.remaining} in {source}; wrote {out}"
+            f"backfill: no upgrade: psi {source} -> {target} was refused when it was fitted "
+            f"({result.refused}); {result.remaining} rows stay in {source}; {out} not "
+            f"written{hint}"
         )
+        raise typer.Exit(code)
+    resumed = f", resumed after {result.resumed_batches} batches" if result.resumed_batches else ""
+    print(
+        f"backfill: {result.upgraded} of {result.total} rows upgraded {source} -> {target} "
+        f"in {result.batches} batches{resumed}; {result.already + result.upgraded} rows in "
+        f"{target}, {result.remaining} in {source}; wrote {out}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -257,56 +257,81 @@ def as_float(value: Any) -> float | None:
 
 def check_object(criterion: Mapping[str, Any]) -> dict[str, Any]:
     """One checked criterion of a gate report (``compat.contracts.gate.CriterionResult`` as a
-    dict) in the documented JSON shape: protocol, metric, gallery, new, baseline, difference,
-    lower_bound, verdict, plus require, margin and confidence."""
-    return {
-        "protocol": criterion["protocol"],
-        "metric": criterion["metric"],
-        "gallery": criterion["gallery"],
-        "new": criterion.get("lhs_value"),
-        "baseline": criterion.get("rhs_value"),
-        "difference": criterion.get("difference"),
-        "lower_bound": criterion.get("lower_bound"),
-        "verdict": "pass" if criterion.get("passed") else "fail",
-        "require": criterion.get("require"),
-        "margin": criterion.get("margin"),
-        "confidence": criterion.get("confidence"),
-    }
+    dict) as the documented check object (:func:`compat.contracts.gate.check_object`)."""
+    from compat.contracts.gate import check_object as gate_check
+
+    return gate_check(dict(criterion))
 
 
-def recorded_check(gallery: str, key: str, value: str) -> dict[str, Any]:
-    """A check as the gate recorded it in a tag: ``compat.check.<gallery>.<key>`` = ``value``,
-    ``key`` being ``<protocol>.<metric>[.forward]`` (metric in tag spelling, ``tar/far:0.1``)
-    and ``value`` ``pass +0.0123``. Values the tag does not hold (new, baseline, lower bound)
-    are null; the full numbers are in the promote report."""
-    protocol, _, metric = key.partition(".")
-    forward = metric.endswith(".forward")
-    if forward:
-        metric = metric[: -len(".forward")]
-    verdict, _, diff = value.partition(" ")
-    return {
-        "protocol": protocol,
-        "metric": metric.replace("/", "@").replace(":", "="),
-        "gallery": gallery,
-        "new": None,
-        "baseline": None,
-        "difference": as_float(diff),
-        "lower_bound": None,
-        "verdict": verdict or "fail",
-        "forward": forward,
-    }
+def fmt_gain(value: float | None, meaningful: bool | None) -> str:
+    """A check's update gain for people: ``55.0%``, ``131.3% (not meaningful)``, or ``-``."""
+    if value is None:
+        return "-"
+    return fmt_percent(value) + ("" if meaningful else " (not meaningful)")
 
 
-def gain_of(report: Mapping[str, Any], protocol: str, metric: str) -> float | None:
-    g = report.get("gain", {}).get(protocol, {}).get(metric)
-    return None if g is None else g.get("value")
+CHECK_COLUMNS = (
+    Column("protocol"),
+    Column("metric"),
+    Column("gallery"),
+    Column("require"),
+    Column("margin", numeric=True),
+    Column("confidence", numeric=True),
+    Column("new", numeric=True),
+    Column("baseline", numeric=True),
+    Column("difference", numeric=True),
+    Column("lower bound", numeric=True),
+    Column("gain", numeric=True),
+    Column("verdict"),
+)
+
+
+def check_cells(check: Mapping[str, Any], *, markdown: bool = False) -> list[Cell]:
+    """One check as a table row of :data:`CHECK_COLUMNS`: the one layout of a check that
+    ``promote``, ``show``, ``chain`` and the step summary print."""
+    role = check.get("role")
+    gallery = check["gallery"] + (f" ({role})" if role in ("transitive", "rollback") else "")
+    margin, conf = check.get("margin"), check.get("confidence")
+    passed = check.get("verdict") == "pass"
+    if markdown:
+        verdict: Cell = "pass" if passed else "**FAIL**"
+    else:
+        verdict = Styled("pass", "green") if passed else Styled("FAIL", "red")
+    return [
+        check["protocol"],
+        check["metric"],
+        gallery,
+        human(check.get("require")),
+        "-" if margin is None else f"{margin:g}",
+        "-" if conf is None else f"{conf:g}",
+        fmt_value(check.get("new")),
+        fmt_value(check.get("baseline")),
+        fmt_diff(check.get("difference")),
+        fmt_diff(check.get("lower_bound")) if conf is not None else "-",
+        fmt_gain(check.get("gain"), check.get("gain_meaningful")),
+        verdict,
+    ]
+
+
+def gain_line(protocol: str, metric: str, gain: Mapping[str, Any]) -> str:
+    """``update gain identification top1 vs v3-paragon: 55.0% (criterion holds)`` (BCT Eq. 9);
+    a gain that means nothing says why (a failed check, a paragon weaker than the version)."""
+    head = f"update gain {protocol} {metric} vs {gain.get('paragon')}: "
+    value = gain.get("value")
+    if value is None:
+        return head + f"undefined ({gain.get('reason')})"
+    if gain.get("meaningful"):
+        return head + f"{fmt_percent(value)} ({gain.get('reason')})"
+    return head + f"{fmt_percent(value)}, not meaningful: {gain.get('reason')}"
 
 
 # --- the GitHub Actions step summary -------------------------------------------------------
 
 
-def promote_summary(report: Mapping[str, Any]) -> str:
-    """A markdown summary of a promote report: the verdict, one row per check."""
+def promote_summary(report: Mapping[str, Any], run_url: str | None = None) -> str:
+    """A markdown summary of a promote report: the verdict, one row per check (the layout of
+    :func:`check_cells`), every update gain with its reason, and a link to the version's
+    MLflow run when ``run_url`` is known."""
     version, parent = report["version"], report.get("parent")
     if report.get("dry_run"):
         outcome = "dry run, nothing recorded"
@@ -315,45 +340,27 @@ def promote_summary(report: Mapping[str, Any]) -> str:
     else:
         outcome = "production unchanged"
     verdict = "PASSED" if report.get("passed") else "FAILED"
-    against = f" vs {parent}" if parent else ""
+    rollback = report.get("rollback")
+    if rollback:
+        against = f" (rollback from {rollback['from']})"
+    else:
+        against = f" vs {parent}" if parent else ""
     lines = [f"### compat promote {version}{against}: {verdict} ({outcome})", ""]
-    criteria = report.get("criteria", [])
-    if not criteria:
+    checks = report.get("checks") or [check_object(c) for c in report.get("criteria", [])]
+    if not checks:
         lines.append(f"{version} has no parent: no criteria to check.")
     else:
-        rows = []
-        for c in criteria:
-            check = check_object(c)
-            gain = gain_of(report, c["protocol"], c["metric"]) if c["gallery"] == parent else None
-            rows.append(
-                [
-                    check["protocol"],
-                    check["metric"],
-                    check["gallery"],
-                    fmt_value(check["new"]),
-                    fmt_value(check["baseline"]),
-                    fmt_diff(check["difference"]),
-                    fmt_diff(check["lower_bound"]) if c.get("confidence") else "-",
-                    fmt_percent(gain) if gain is not None else "-",
-                    "pass" if check["verdict"] == "pass" else "**FAIL**",
-                ]
-            )
-        lines.append(markdown_table(SUMMARY_COLUMNS, rows))
-    lines += [f"- {m}" for m in report.get("messages", [])]
+        lines.append(markdown_table(CHECK_COLUMNS, [check_cells(c, markdown=True) for c in checks]))
+    gains = [
+        gain_line(p, m, g) for p, per in report.get("gain", {}).items() for m, g in per.items()
+    ]
+    extra = gains + list(report.get("messages", []))
+    if extra:
+        lines.append("")
+    lines += [f"- {_md(m)}" for m in extra]
+    if run_url:
+        lines += ["", f"MLflow run of {version}: {run_url}"]
     return "\n".join(lines) + "\n\n"
-
-
-SUMMARY_COLUMNS = (
-    Column("protocol"),
-    Column("metric"),
-    Column("gallery"),
-    Column("new", numeric=True),
-    Column("baseline", numeric=True),
-    Column("difference", numeric=True),
-    Column("lower bound", numeric=True),
-    Column("gain", numeric=True),
-    Column("verdict"),
-)
 
 
 def error_summary(command: str, message: str, exit_code: int) -> str:

@@ -90,12 +90,32 @@ def register_cmd(
     typer.echo(f"{version}: {what} as MLflow version {rec.mlflow_version}")
 
 
+PROMOTE_HELP = """Gate VERSION on its contract; move `production` to it only if every criterion passes.
+
+Promoting a version while production is not one of its ancestors (a newer or an unrelated
+version) is a rollback: it needs --rollback and is also gated on the rows production (and any
+version served since VERSION last was) embedded: M(VERSION, production) against
+M(production, production), on the contract's rollback criteria.
+
+Exit codes: 0 every criterion passed (production moved, or already pointed at VERSION); 1 a
+criterion failed, production unchanged; 2 usage (bad option, --against missing while
+production is set, --rollback on a promotion that is not one); 3 not found (version, contract,
+artifact, evaluation set); 4 bad input (contract, card, params, embeddings); 5 registry or
+promotion-log database unreachable; 6 production is not at --against (moved meanwhile, or
+unset), a rollback without --rollback, a write conflict that persisted."""
+
+
 def promote_cmd(
     version: str = typer.Argument(..., help="the candidate version"),
     against: str | None = typer.Option(
         None,
         "--against",
         help="the version production must still point at (compare-and-set); `none` (or omitted) for the first promotion, while production is unset",
+    ),
+    rollback: bool = typer.Option(
+        False,
+        "--rollback",
+        help="VERSION is not a descendant of production: gate it as a rollback (also on production's rows) and log it as one",
     ),
     paragon: str | None = typer.Option(
         None,
@@ -105,9 +125,14 @@ def promote_cmd(
         False, "--dry-run", help="evaluate and print the verdict; write nothing"
     ),
     bootstrap: int = typer.Option(1000, min=0, help="bootstrap resamples over queries"),
-    seed: int = typer.Option(0),
-    contracts: Path = typer.Option(Path("contracts")),
-    models: Path = typer.Option(Path("models")),
+    seed: int = typer.Option(0, help="seed of the bootstrap resamples"),
+    contracts: Path = typer.Option(Path("contracts"), help="folder of contracts (<version>.yaml)"),
+    models: Path = typer.Option(
+        Path("models"), help="folder of trained versions (models/<version>/)"
+    ),
+    params: Path = typer.Option(
+        Path("params.yaml"), help="params file whose evaluate.paragon names a default paragon"
+    ),
     eval_manifest: Path = typer.Option(
         Path("splits/eval.json"), "--eval", help="evaluation manifest"
     ),
@@ -118,31 +143,54 @@ def promote_cmd(
     uri: str | None = UriOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Gate VERSION on its contract; move `production` to it only if every criterion passes."""
     from compat.registry.promote import Paths, promote
 
     paths = Paths(
-        contracts=contracts, models=models, eval_manifest=eval_manifest, source=source, cache=cache
+        contracts=contracts,
+        models=models,
+        eval_manifest=eval_manifest,
+        source=source,
+        cache=cache,
+        params=params,
     )
     with exit_on_error(on_error=_summarize_error(f"compat promote {version}")):
+        reg = _registry(uri)
         outcome = promote(
             version,
             against,
-            reg=_registry(uri),
+            reg=reg,
             paths=paths,
             paragon=paragon,
             resamples=bootstrap,
             seed=seed,
             dry_run=dry_run,
+            rollback=rollback,
         )
-    report = {**outcome.report, "moved": outcome.moved, "messages": outcome.messages}
-    report["checks"] = [output.check_object(c) for c in report["criteria"]]
-    output.append_step_summary(output.promote_summary(report))
+        run_url = None if dry_run else reg.run_url(reg.get(version).run_id)
+    report = {
+        **outcome.report,
+        "moved": outcome.moved,
+        "messages": outcome.messages,
+        "warnings": outcome.warnings,
+        "checks": outcome.verdict.checks(),
+        "run_url": run_url,
+    }
+    for w in outcome.warnings:
+        warn(w)
+    output.append_step_summary(output.promote_summary(report, run_url))
     if as_json:
         _echo_json(report)
     else:
         _print_verdict(report)
     raise typer.Exit(outcome.exit_code)
+
+
+promote_cmd.__doc__ = PROMOTE_HELP
+
+
+def warn(message: str) -> None:
+    """A warning (drift, a log not read): always one line on stderr, in every command."""
+    typer.echo(f"warning: {message}", err=True)
 
 
 def _summarize_error(command: str) -> Any:
@@ -152,71 +200,45 @@ def _summarize_error(command: str) -> Any:
     return write
 
 
-def _fmt(x: float | None) -> str:
-    return output.fmt_value(x)
+def print_checks(checks: list[dict[str, Any]], title: str, query: list[str] | None = None) -> None:
+    """Checks as one table (:func:`compat.cli.output.check_cells`); ``query``: a first column
+    naming each row's query version (``chain``)."""
+    columns = list(output.CHECK_COLUMNS)
+    rows = [output.check_cells(c) for c in checks]
+    if query is not None:
+        columns = [output.Column("query"), *columns]
+        rows = [[q, *r] for q, r in zip(query, rows, strict=True)]
+    output.print_table(columns, rows, title=title)
 
 
 def _print_verdict(report: dict[str, Any]) -> None:
     from rich.text import Text
 
     console = _console()
-    if not report["criteria"]:
+    rollback = report.get("rollback")
+    if not report["checks"]:
         output.say(f"{report['version']} has no parent: no criteria to check")
     else:
-        title = f"{report['version']} vs {report['parent']}"
-        rows = []
-        for c in report["criteria"]:
-            gain = (
-                output.gain_of(report, c["protocol"], c["metric"])
-                if c["gallery"] == report["parent"]
-                else None
-            )
-            rows.append(
-                [
-                    c["protocol"],
-                    c["metric"],
-                    c["require"] + (f" + {c['margin']:g}" if c["margin"] else ""),
-                    c["gallery"],
-                    _fmt(c["lhs_value"]),
-                    _fmt(c["rhs_value"]),
-                    output.fmt_diff(c["difference"]),
-                    output.fmt_diff(c["lower_bound"]) if c["confidence"] else "-",
-                    output.fmt_percent(gain) if gain is not None else "-",
-                    output.Styled("pass", "green") if c["passed"] else output.Styled("FAIL", "red"),
-                ]
-            )
-        output.print_table(
-            VERDICT_COLUMNS, rows, title=title + (" (dry run)" if report["dry_run"] else "")
-        )
+        if rollback:
+            title = f"{report['version']}: rollback from {rollback['from']}"
+        else:
+            title = f"{report['version']} vs {report['parent']}"
+        print_checks(report["checks"], title + (" (dry run)" if report["dry_run"] else ""))
     for protocol, per in report["gain"].items():
         for metric, g in per.items():
-            output.say(
-                f"update gain {protocol} {metric} vs {g['paragon']}: "
-                f"{output.fmt_percent(g['value'])} ({g['reason']})"
-            )
+            output.say(output.gain_line(protocol, metric, g))
     for msg in report["messages"]:
         output.say(msg)
+    if report.get("run_url"):
+        output.say(f"MLflow run: {report['run_url']}")
     if report["dry_run"]:
         output.say("dry run: nothing recorded")
     elif report["passed"]:
         moved = f": production -> {report['version']}" if report["moved"] else ""
-        console.print(Text.assemble(("PASSED", "green"), moved))
+        kind = " (rollback)" if rollback and report["moved"] else ""
+        console.print(Text.assemble(("PASSED", "green"), moved + kind))
     else:
         console.print(Text.assemble(("FAILED", "red"), ": production unchanged"))
-
-
-VERDICT_COLUMNS = (
-    output.Column("protocol"),
-    output.Column("metric"),
-    output.Column("require"),
-    output.Column("gallery"),
-    output.Column("new", numeric=True),
-    output.Column("baseline", numeric=True),
-    output.Column("diff", numeric=True),
-    output.Column("lower bound", numeric=True),
-    output.Column("gain", numeric=True),
-    output.Column("verdict"),
-)
 
 
 def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
@@ -270,21 +292,12 @@ def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> Non
     )
 
 
-def _checks_from_tags(tags: dict[str, str]) -> list[dict[str, Any]]:
-    """The ``compat.check.<gallery>.<protocol>.<metric>`` tags as check objects."""
-    prefix = "compat.check."
-    out = []
-    for key, value in sorted(tags.items()):
-        if key.startswith(prefix):
-            gallery, _, rest = key[len(prefix) :].partition(".")
-            out.append(output.recorded_check(gallery, rest, value))
-    return out
-
-
 def show_cmd(
     version: str = typer.Argument(...), uri: str | None = UriOption, as_json: bool = JsonOption
 ) -> None:
     """Show one version: tags, description, alias."""
+    from compat.registry.record import checks_from_tags
+
     with exit_on_error():
         reg = _registry(uri, read=True)
         if _store_missing(reg):
@@ -300,7 +313,8 @@ def show_cmd(
         "parent": rec.parent,
         "status": rec.status,
         "dim": output.as_int(rec.tags.get("compat.dim")),
-        "checks": _checks_from_tags(rec.tags),
+        "checks": checks_from_tags(rec.tags),
+        "verdict_kind": rec.tags.get("compat.verdict.kind") or None,
         "gain": {
             k[len("compat.gain.") :]: output.as_float(v)
             for k, v in rec.tags.items()
@@ -312,17 +326,21 @@ def show_cmd(
     if as_json:
         _echo_json(info)
         return
+    from compat.registry.record import CHECKS_TAG
+
     fields = [
         ["production", output.human(info["production"])],
         ["run", output.human(rec.run_id)],
     ]
-    fields += [[k, rec.tags[k] or "-"] for k in sorted(rec.tags)]
+    fields += [[k, rec.tags[k] or "-"] for k in sorted(rec.tags) if k != CHECKS_TAG]
     output.print_table(
         ("field", "value"),
         fields,
         title=f"{version} (MLflow version {rec.mlflow_version})",
         show_header=False,
     )
+    if info["checks"]:
+        print_checks(info["checks"], f"{version}: recorded checks")
     if rec.description:
         output.say(rec.description)
 
@@ -343,31 +361,18 @@ def chain_cmd(
         if _store_missing(reg):
             raise _no_store_error(reg)
         result = lineage(reg, version)
-    # Checks as objects: the chain records "<protocol>.<metric> <verdict> <difference>".
-    pairs = []
-    for p in result["pairs"]:
-        checks = []
-        for text in p["checks"]:
-            key, _, value = text.partition(" ")
-            checks.append(output.recorded_check(p["gallery"], key, value))
-        pairs.append({**p, "checks": checks})
-    result = {**result, "pairs": pairs}
     if as_json:
         _echo_json(result)
         return
     output.say(" -> ".join(result["lineage"]))
     rows = []
-    for p in pairs:
+    for p in result["pairs"]:
         text, style = CHAIN_STYLES.get(p["verdict"], (p["verdict"], "yellow"))
-        checks = "; ".join(
-            f"{c['protocol']} {c['metric']}{' forward' if c['forward'] else ''} "
-            f"{c['verdict']} {output.fmt_diff(c['difference'])}"
-            for c in p["checks"]
-        )
-        rows.append(
-            [p["query"], p["gallery"], p["kind"], output.Styled(text, style), checks or "-"]
-        )
-    output.print_table(("query", "gallery", "kind", "verdict", "checks"), rows, title="pairs")
+        rows.append([p["query"], p["gallery"], p["kind"], output.Styled(text, style)])
+    output.print_table(("query", "gallery", "kind", "verdict"), rows, title="pairs")
+    checks = [(p["query"], c) for p in result["pairs"] for c in p["checks"]]
+    if checks:
+        print_checks([c for _, c in checks], "checks", query=[q for q, _ in checks])
 
 
 def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
@@ -384,11 +389,12 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
         output.say("no promotions yet")
         return
     output.print_table(
-        ("when", "who", "from", "to", "state", "contract", "report"),
+        ("when", "who", "kind", "from", "to", "state", "contract", "report"),
         [
             [
                 e["when"],
                 e["who"],
+                e.get("kind") or "promotion",
                 output.human(e.get("from")) if e.get("from") else "(unset)",
                 e["to"],
                 e["state"] + (" (recovered)" if e.get("recovered") else ""),
@@ -410,24 +416,31 @@ def _warn_drift(reg: Any, entries: list[dict[str, Any]] | None = None) -> None:
         try:
             entries = reg.ledger().promotions()
         except CompatError as err:  # the listing itself does not depend on the log
-            typer.echo(f"warning: promotion log not read: {err.message}", err=True)
+            warn(f"promotion log not read: {err.message}")
             return
     message = drift(reg.production(), entries)
     if message:
-        typer.echo(f"warning: {message}", err=True)
+        warn(message)
 
 
 def verify_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     """Check that `production` is where the promotion log's last committed move put it (exit 6 if not)."""
-    from compat.registry.drift import verify
+    from compat.registry.drift import DriftError, verify
 
     with exit_on_error():
         reg = _registry(uri, read=True)
         if _store_missing(reg):
             raise _no_store_error(reg)
-        result = verify(reg)
+        try:
+            result = verify(reg)
+        except DriftError as err:
+            if not as_json:
+                raise
+            # A script gets the same object either way; the exit code still says drift.
+            _echo_json({**err.result, "message": err.message})
+            raise typer.Exit(err.exit_code) from None
     if as_json:
-        _echo_json(result)
+        _echo_json({**result, "message": None})
         return
     where = result["production"] or "unset"
     typer.echo(f"production is {where}, as the promotion log says ({result['log']})")

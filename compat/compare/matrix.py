@@ -108,8 +108,11 @@ class Gain:
 
     ``value`` is None when the denominator M(new*, new*) - M(old, old) is not positive (the
     paragon does not beat the old model, so there is no backfill benefit to share) or an input
-    is undefined. ``meaningful`` additionally requires the criterion M(new, old) > M(old, old):
-    BCT defines the gain only for a compatible update.
+    is undefined. ``meaningful`` additionally requires the criterion M(new, old) > M(old, old)
+    (BCT defines the gain only for a compatible update) and a value of at most 1: the
+    denominator stands for the best the new model could be without the compatibility
+    constraint, so a gain above 100% says the paragon is weaker than the version it should
+    bound, and the number is no share of anything (``reason`` says so).
     """
 
     value: float | None
@@ -118,6 +121,16 @@ class Gain:
 
     def to_json(self) -> dict[str, object]:
         return {"value": self.value, "meaningful": self.meaningful, "reason": self.reason}
+
+    def not_meaningful(self, reason: str) -> Gain:
+        """The same value, marked not meaningful for ``reason`` (e.g. a failed check)."""
+        return Gain(self.value, False, reason)
+
+
+PARAGON_WEAKER = (
+    "paragon weaker than the version: M(new, old) beats M(new*, new*), so the paragon is no "
+    "bound on a full backfill (train the paragon the way the version is trained)"
+)
 
 
 def update_gain(cross: float, self_old: float, paragon: float) -> Gain:
@@ -129,9 +142,11 @@ def update_gain(cross: float, self_old: float, paragon: float) -> Gain:
     if denominator <= 0:
         return Gain(None, False, "paragon does not beat the old self test (denominator <= 0)")
     gain = (cross - self_old) / denominator  # Eq. (9)
-    if cross > self_old:
-        return Gain(float(gain), True, "criterion holds")
-    return Gain(float(gain), False, "criterion fails: M(new, old) <= M(old, old)")
+    if cross <= self_old:
+        return Gain(float(gain), False, "criterion fails: M(new, old) <= M(old, old)")
+    if gain > 1.0:
+        return Gain(float(gain), False, PARAGON_WEAKER)
+    return Gain(float(gain), True, "criterion holds")
 
 
 def gain_samples(cross: np.ndarray, self_old: np.ndarray, paragon: np.ndarray) -> np.ndarray:

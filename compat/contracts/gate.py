@@ -34,9 +34,16 @@ from compat.compare.engine import DEFAULT_CONFIDENCE, Comparison, compare, num, 
 from compat.contracts.schema import Contract, Criterion, protocol_options
 from compat.errors import BadInputError
 
+ROLES = ("parent", "transitive", "rollback")
+
 
 @dataclass
 class CriterionResult:
+    """One check: a criterion judged against one gallery. ``role`` says why that gallery is
+    checked: the ``parent``, a ``transitive`` ancestor, or a version whose rows a
+    ``rollback`` must serve. ``gain`` is the update gain of the pair (BCT Eq. 9) against the
+    paragon for a ``cross > self_parent`` check, with whether it means anything."""
+
     protocol: str
     metric: str
     require: str
@@ -51,6 +58,52 @@ class CriterionResult:
     lower_bound: float | None
     passed: bool
     description: str
+    role: str = "parent"
+    gain: float | None = None
+    gain_meaningful: bool | None = None
+
+    def to_check(self) -> dict[str, Any]:
+        """The check object every command prints and every ``--json`` carries (README,
+        "Output for CI and scripts"): the same fields wherever a check appears."""
+        return check_object(asdict(self))
+
+    def failure(self) -> str:
+        """Why the check failed, in one phrase: ``identification top1 vs v1: lower bound
+        -0.0036 <= margin 0.5``."""
+        what = f"{self.protocol} {self.metric} vs {self.gallery}"
+        if self.difference is None:
+            return f"{what}: undefined"
+        if self.difference <= self.margin:
+            return f"{what}: difference {self.difference:+.4f} <= margin {self.margin:g}"
+        bound = "n/a" if self.lower_bound is None else f"{self.lower_bound:+.4f}"
+        return f"{what}: lower bound {bound} <= margin {self.margin:g}"
+
+
+CHECK_FIELDS = (
+    "protocol", "metric", "gallery", "role", "require", "margin", "confidence", "new",
+    "baseline", "difference", "lower_bound", "gain", "gain_meaningful", "verdict",
+)  # fmt: skip
+
+
+def check_object(result: dict[str, Any]) -> dict[str, Any]:
+    """A :class:`CriterionResult` (as a dict, e.g. from a stored report) as the check object:
+    :data:`CHECK_FIELDS`, ``new``/``baseline`` being the two cells' values."""
+    return {
+        "protocol": result["protocol"],
+        "metric": result["metric"],
+        "gallery": result["gallery"],
+        "role": result.get("role", "parent"),
+        "require": result.get("require"),
+        "margin": result.get("margin"),
+        "confidence": result.get("confidence"),
+        "new": result.get("lhs_value"),
+        "baseline": result.get("rhs_value"),
+        "difference": result.get("difference"),
+        "lower_bound": result.get("lower_bound"),
+        "gain": result.get("gain"),
+        "gain_meaningful": result.get("gain_meaningful"),
+        "verdict": "pass" if result.get("passed") else "fail",
+    }
 
 
 @dataclass
@@ -62,12 +115,16 @@ class Verdict:
     matrix: dict[str, Any] = field(default_factory=dict)
     intervals: dict[str, Any] = field(default_factory=dict)
     gain: dict[str, Any] = field(default_factory=dict)
+    rollback: list[str] = field(default_factory=list)  # the served versions a rollback checked
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def failed(self) -> list[CriterionResult]:
         return [r for r in self.results if not r.passed]
+
+    def checks(self) -> list[dict[str, Any]]:
+        return [r.to_check() for r in self.results]
 
 
 @dataclass(frozen=True)
@@ -104,21 +161,25 @@ def psi_gallery(version: str) -> str:
     return psi_name(version)
 
 
-def required_cells(contract: Contract, paragon: str | None) -> list[tuple[str, str]]:
-    """Every (query version, gallery version) cell the verdict needs."""
+def required_cells(
+    contract: Contract, paragon: str | None, rollback: list[str] | tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
+    """Every (query version, gallery version) cell the verdict needs (``rollback``: the
+    versions whose rows a rollback must serve)."""
     new = contract.version
     cells: list[tuple[str, str]] = []
-    for g in [contract.parent, *contract.transitive]:
-        assert g is not None
+    served = [contract.parent, *contract.transitive] if contract.parent else []
+    for g in [*served, *rollback]:
         for c in [(new, g), (g, g)]:
             if c not in cells:
                 cells.append(c)
-    if any("self" in c.terms for c in contract.criteria) and (new, new) not in cells:
+    criteria = list(contract.criteria) + (contract.rollback_criteria() if rollback else [])
+    if any("self" in c.terms for c in criteria) and (new, new) not in cells:
         cells.append((new, new))
     if any(c.uses_forward for c in contract.criteria):
         assert contract.parent is not None
         cells.append((new, psi_gallery(contract.parent)))
-    if paragon and (paragon, paragon) not in cells:
+    if paragon and contract.parent and (paragon, paragon) not in cells:
         cells.append((paragon, paragon))
     return cells
 
@@ -151,11 +212,18 @@ def judge(
     chunk_size: int | None = None,
     device: str | None = None,
     upgraded: dict[str, np.ndarray] | None = None,
+    rollback: list[str] | tuple[str, ...] = (),
 ) -> Verdict:
     """Evaluate every criterion of ``contract`` against the parent and each transitive ancestor.
 
     ``upgraded[parent]``: the parent's embeddings upgraded by psi into the new version's space;
-    required when a criterion uses ``forward``."""
+    required when a criterion uses ``forward``. ``rollback``: the versions whose rows a
+    rollback to this version must serve; each is checked on the contract's rollback criteria
+    (:meth:`~compat.contracts.schema.Contract.rollback_criteria`) in the parent's place.
+
+    A gain is ``meaningful`` only when every check of the version against its parent passed
+    (the reason names the failed ones) and it is at most 100%
+    (:func:`compat.compare.matrix.update_gain`)."""
     from compat.embeddings.dims import align_pair
     from compat.evaluate.protocols import PROTOCOLS, evaluate_manifest, label_codes
 
@@ -174,13 +242,15 @@ def judge(
                 f"upgrade module output for {contract.parent}'s gallery was given"
             )
         embeddings = {**embeddings, psi_gallery(contract.parent): ups[contract.parent]}
+    rollback = [g for g in dict.fromkeys(rollback) if g != new]
+    back_criteria = contract.rollback_criteria() if rollback else []
     try:
-        options = protocol_options(contract.criteria)
+        options = protocol_options([*contract.criteria, *back_criteria])
     except ValueError as err:
         raise BadInputError(f"{new}: criteria: {err}") from None
     protocols = [PROTOCOLS.create(name, **opts) for name, opts in options.items()]
     codes = label_codes(manifest.labels)
-    cells = required_cells(contract, paragon)
+    cells = required_cells(contract, paragon, rollback)
     results: dict[tuple[str, str], dict[str, Any]] = {}
     for q, g in cells:
         eq, eg = embeddings[q], embeddings[g]
@@ -222,18 +292,61 @@ def judge(
 
     for criterion in contract.criteria:
         for gallery in galleries_of(contract, criterion):
-            verdict.results.append(_check(criterion, new, gallery, comparisons, resamples))
+            role = "parent" if gallery == contract.parent else "transitive"
+            verdict.results.append(_check(criterion, new, gallery, comparisons, resamples, role))
+    for gallery in rollback:
+        for criterion in back_criteria:
+            verdict.results.append(
+                _check(criterion, new, gallery, comparisons, resamples, "rollback")
+            )
+    verdict.rollback = rollback
     verdict.passed = all(r.passed for r in verdict.results)
 
-    if paragon:
+    if paragon and contract.parent is not None:
+        # BCT defines the gain for a compatible update: any failed check of the pair (the
+        # version against its parent) makes it not meaningful, whatever its point value says.
+        failed = [
+            r.failure() for r in verdict.results if r.gallery == contract.parent and not r.passed
+        ]
         for criterion in contract.criteria:
             p, m = criterion.protocol, criterion.metric
             gain = comparisons[p].gain(
                 (new, contract.parent), (contract.parent, contract.parent), (paragon, paragon), m,
                 interval=False,
-            )  # fmt: skip
-            verdict.gain.setdefault(p, {})[m] = {"paragon": paragon, **gain.gain.to_json()}
+            ).gain  # fmt: skip
+            if failed and gain.value is not None:
+                gain = gain.not_meaningful("check failed: " + "; ".join(failed))
+            verdict.gain.setdefault(p, {})[m] = {"paragon": paragon, **gain.to_json()}
+        for r in verdict.results:
+            _attach_gain(r, comparisons[r.protocol], new, paragon, verdict.gain, contract.parent)
     return verdict
+
+
+def _attach_gain(
+    r: CriterionResult,
+    comparison: Comparison,
+    new: str,
+    paragon: str,
+    gains: dict[str, Any],
+    parent: str,
+) -> None:
+    """The update gain of a ``cross > self_parent`` check's pair against the paragon (BCT
+    Eq. 9; for the parent, the verdict's gain; for an older gallery, that pair's own)."""
+    if r.require != "cross > self_parent" or r.role == "rollback":
+        return
+    if r.gallery == parent:
+        g = gains[r.protocol][r.metric]
+        r.gain, r.gain_meaningful = (
+            g["value"],
+            bool(g["meaningful"]) if g["value"] is not None else None,
+        )
+        return
+    gain = comparison.gain((new, r.gallery), (r.gallery, r.gallery), (paragon, paragon), r.metric,
+                           interval=False).gain  # fmt: skip
+    if gain.value is not None and not r.passed:
+        gain = gain.not_meaningful("check failed: " + r.failure())
+    r.gain = gain.value
+    r.gain_meaningful = gain.meaningful if gain.value is not None else None
 
 
 def _interval_confidence(contract: Contract) -> dict[tuple[str, str], float]:
@@ -253,6 +366,7 @@ def _check(
     gallery: str,
     comparisons: dict[str, Comparison],
     resamples: int,
+    role: str = "parent",
 ) -> CriterionResult:
     p, m = criterion.protocol, criterion.metric
     lhs_term, rhs_term = criterion.terms
@@ -287,4 +401,5 @@ def _check(
         lower_bound=None if bound is None else num(bound),
         passed=passed,
         description=criterion.describe(new, gallery),
+        role=role,
     )

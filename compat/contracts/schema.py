@@ -165,6 +165,36 @@ class Criterion(BaseModel):
         return f"{self.protocol} {self.metric}: {cells[lhs]} > {cells[rhs]}{margin}{conf}"
 
 
+class Rollback(BaseModel):
+    """What a rollback *to* this version must still serve (``compat promote --rollback``).
+
+    A version promoted while production is a newer or unrelated version rolls production back;
+    the gallery may then hold rows that versions after it embedded. ``serve`` names those
+    versions (default: the production version at the time, and every version the promotion log
+    put in production after this one last served); each criterion is checked with the served
+    version in the parent's place: ``cross`` = M(this, served), ``self_parent`` = M(served,
+    served). ``criteria`` default to the contract's own (those without ``forward``: psi maps the
+    parent's rows only). A negative ``margin`` is a loss the team accepts on those rows.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    serve: list[str] | None = None
+    criteria: list[Criterion] | None = None
+
+    @model_validator(mode="after")
+    def _no_forward(self) -> Rollback:
+        for i, c in enumerate(self.criteria or []):
+            if c.uses_forward:
+                raise ValueError(
+                    f"criteria.{i}: require {c.require!r}: a rollback has no psi of the served "
+                    "rows; use cross, self_parent and self"
+                )
+        if self.serve is not None and len(set(self.serve)) != len(self.serve):
+            raise ValueError("serve: a version is listed twice")
+        return self
+
+
 class Contract(BaseModel):
     """What a version promises; validated with ``extra="forbid"`` so a typo is an error."""
 
@@ -178,6 +208,7 @@ class Contract(BaseModel):
     transitive: list[str] = Field(default_factory=list)
     paragon: str | None = None
     dim_mismatch: Literal["truncate", "pad"] | None = None
+    rollback: Rollback | None = None
 
     @field_validator("head")
     @classmethod
@@ -199,7 +230,15 @@ class Contract(BaseModel):
             raise ValueError(f"transitive: {self.parent} is the parent; list only older ancestors")
         if len(set(self.transitive)) != len(self.transitive):
             raise ValueError("transitive: an ancestor is listed twice")
+        if self.rollback is not None and self.version in (self.rollback.serve or []):
+            raise ValueError("rollback.serve: a version cannot serve a rollback to itself")
         return self
+
+    def rollback_criteria(self) -> list[Criterion]:
+        """The criteria a rollback to this version is checked on, per served version."""
+        if self.rollback is not None and self.rollback.criteria is not None:
+            return list(self.rollback.criteria)
+        return [c for c in self.criteria if not c.uses_forward]
 
 
 def contract_digest(path: str | os.PathLike[str]) -> str:
@@ -230,7 +269,7 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
     except ValidationError as err:
         return None, validation_problems(path, err, raw)
     problems = [
-        f"{path}: criteria.{i}.metric: {reason}" for i, reason in _joint_metric_problems(contract)
+        f"{path}: {field}.metric: {reason}" for field, reason in _joint_metric_problems(contract)
     ]
     if path.stem != contract.version:
         problems.append(
@@ -239,16 +278,22 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
     return (contract if not problems else None), problems
 
 
-def _joint_metric_problems(contract: Contract) -> list[tuple[int, str]]:
+def _joint_metric_problems(contract: Contract) -> list[tuple[str, str]]:
     """Metrics each valid alone that one protocol cannot compute together (mAP@50 and
-    mAP@100: identification truncates its ranking at one k); (criterion index, reason)."""
+    mAP@100: identification truncates its ranking at one k); (field, reason). The rollback's
+    criteria are judged with the contract's in one run, so they count together."""
+    named = [(f"criteria.{i}", c) for i, c in enumerate(contract.criteria)]
+    if contract.rollback is not None:
+        named += [
+            (f"rollback.criteria.{i}", c) for i, c in enumerate(contract.rollback.criteria or [])
+        ]
     problems = []
-    for i, c in enumerate(contract.criteria):
-        earlier = [d.metric for d in contract.criteria[: i + 1] if d.protocol == c.protocol]
+    for i, (field, c) in enumerate(named):
+        earlier = [d.metric for _, d in named[: i + 1] if d.protocol == c.protocol]
         try:
             options_for(c.protocol, earlier)
         except ValueError as err:
-            problems.append((i, str(err)))
+            problems.append((field, str(err)))
     return problems
 
 
@@ -265,6 +310,7 @@ __all__ = [
     "TERMS",
     "Contract",
     "Criterion",
+    "Rollback",
     "canonical_metric",
     "check_contract",
     "contract_digest",

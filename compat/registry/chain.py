@@ -1,9 +1,10 @@
 """``compat chain``: a version's lineage and the recorded verdict of every (version, ancestor) pair.
 
 Every version in the lineage is paired with each of its ancestors: an edge (the parent) or a
-transitive pair. A pair's verdict comes from the ``compat.check.<gallery>.<protocol>.<metric>``
-tags the gate recorded on the newer version; a pair with no such tag is flagged
-``never checked``, because a gallery made by that ancestor may still be served.
+transitive pair. A pair's checks are the check objects the gate recorded on the newer version (its
+``compat.checks`` tag; :func:`compat.registry.record.checks_from_tags`), the same fields
+``compat promote`` prints; a pair with no check is flagged ``never checked``, because a
+gallery made by that ancestor may still be served.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from compat.errors import NotFoundError
+from compat.registry.record import checks_from_tags
 from compat.registry.store import Registry
-
-CHECK_PREFIX = "compat.check."
 
 
 def lineage(reg: Registry, version: str | None = None) -> dict[str, Any]:
@@ -40,19 +40,18 @@ def lineage(reg: Registry, version: str | None = None) -> dict[str, Any]:
             continue
         tags = records[q].tags
         for j, g in enumerate(chain[i + 1 :], start=i + 1):
-            prefix = f"{CHECK_PREFIX}{g}."
-            checks = {k[len(prefix) :]: v for k, v in tags.items() if k.startswith(prefix)}
+            checks = [c for c in checks_from_tags(tags, g) if c.get("role") != "rollback"]
             if not checks:
                 verdict = "never checked"
             else:
-                verdict = "pass" if all(v.startswith("pass") for v in checks.values()) else "fail"
+                verdict = "pass" if all(c["verdict"] == "pass" for c in checks) else "fail"
             pairs.append(
                 {
                     "query": q,
                     "gallery": g,
                     "kind": "edge" if j == i + 1 else "transitive",
                     "verdict": verdict,
-                    "checks": [f"{k} {v}" for k, v in sorted(checks.items())],
+                    "checks": checks,
                 }
             )
     production = reg.production()

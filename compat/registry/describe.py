@@ -30,8 +30,9 @@ def check_line(r: CriterionResult) -> str:
     (with the lower bound of the difference when the criterion asks for a confidence level)."""
     mark = "pass" if r.passed else "FAIL"
     bound = f", lower bound {points(r.lower_bound)}" if r.lower_bound is not None else ""
+    role = " (rollback)" if r.role == "rollback" else ""
     return (
-        f"- {mark}: {r.description}: {percent(r.lhs_value)} vs {percent(r.rhs_value)}, "
+        f"- {mark}{role}: {r.description}: {percent(r.lhs_value)} vs {percent(r.rhs_value)}, "
         f"{points(r.difference)}{bound}"
     )
 
@@ -50,7 +51,13 @@ def gain_line(protocol: str, metric: str, gain: dict[str, Any]) -> str:
 def describe(verdict: Verdict, against: str | None) -> str:
     """The version's description: verdict, one line per check and per gain, the promotion."""
     status = "PASSED" if verdict.passed else "FAILED"
-    if verdict.parent is None:
+    if verdict.rollback:
+        served = ", ".join(verdict.rollback)
+        head = (
+            f"{verdict.version} {status} its gate as a rollback from {against} (checked on the "
+            f"rows of {served} too)."
+        )
+    elif verdict.parent is None:
         head = f"{verdict.version} has no parent: it has no compatibility criteria to check."
     else:
         head = f"{verdict.version} {status} its compatibility contract with {verdict.parent}."

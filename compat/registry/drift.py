@@ -15,7 +15,12 @@ from compat.errors import ConflictError
 
 
 class DriftError(ConflictError):
-    """The production alias is not where the promotion log's last committed move put it."""
+    """The production alias is not where the promotion log's last committed move put it;
+    ``result`` is what :func:`verify` found."""
+
+    def __init__(self, message: str, result: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.result = result or {}
 
 
 def expected_production(promotions: list[dict[str, Any]]) -> str | None:
@@ -58,7 +63,7 @@ def verify(reg: Any) -> dict[str, Any]:
         "drift": message is not None,
     }
     if message is not None:
-        raise DriftError(message)
+        raise DriftError(message, result)
     return result
 
 

@@ -2,12 +2,22 @@
 the ``production`` alias with a compare-and-set.
 
 Order of work: load the contract and the registered versions (parent, transitive ancestors,
-paragon); check the contract's declared facts against the registered ones; assemble every
-needed embedding of the evaluation set and psi(parent) (:mod:`compat.registry.assemble`);
-judge every criterion; record the verdict, matrix, intervals and update gain on the version
-(:mod:`compat.registry.record`); then, only if everything passed, under the promotion lock:
-resolve any promotion a crash left pending, check that ``production`` still points at
-``--against``, log ``pending``, move the alias, log ``committed``.
+paragon); check the contract's declared facts against the registered ones; decide whether the
+move is a rollback; assemble every needed embedding of the evaluation set and psi(parent)
+(:mod:`compat.registry.assemble`); judge every criterion; record the verdict, matrix,
+intervals and update gain on the version (:mod:`compat.registry.record`); then, only if
+everything passed, under the promotion lock: resolve any promotion a crash left pending, check
+that ``production`` still points at ``--against``, log ``pending``, move the alias, log
+``committed``.
+
+**Rollbacks.** Promoting a version while production (``--against``) is not one of its
+ancestors (a newer version, or an unrelated one) rolls production back: the gallery may hold
+rows that production embedded, which the version's own contract never measured. It needs
+``--rollback`` (without it: exit 6 naming both versions; with it on an ordinary promotion: exit
+2), and is gated on the version's contract *and* on its rollback criteria against every
+version whose rows it must serve (:meth:`compat.contracts.schema.Contract.rollback_criteria`,
+:func:`rollback_galleries`): at least M(version, production) against M(production,
+production). It is logged, reported and recorded as a rollback.
 """
 
 from __future__ import annotations
@@ -40,6 +50,51 @@ class Outcome:
     moved: bool = False
     exit_code: int = 0
     messages: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # drift: printed on stderr by the CLI
+
+
+def ancestors(reg: Registry, version: str) -> list[str]:
+    """``version``'s registered parent, its parent, ... (stops at an unregistered name)."""
+    out: list[str] = []
+    rec = reg.find(version)
+    while rec is not None and rec.parent and rec.parent not in out and rec.parent != version:
+        out.append(rec.parent)
+        rec = reg.find(rec.parent)
+    return out
+
+
+def rolls_back(reg: Registry, version: str, against: str | None) -> bool:
+    """Whether making ``version`` production while it points at ``against`` is a rollback:
+    ``against`` is set, is not ``version`` and is none of its ancestors."""
+    return against is not None and against != version and against not in ancestors(reg, version)
+
+
+def served_since(promotions: list[dict[str, Any]], version: str) -> list[str]:
+    """The versions the log put in production after ``version`` last served (its rows may be
+    in the gallery); none when ``version`` never served."""
+    last = None
+    for i, p in enumerate(promotions):
+        if p.get("state") == "committed" and p.get("to") == version:
+            last = i
+    if last is None:
+        return []
+    later = [p.get("to") for p in promotions[last + 1 :] if p.get("state") == "committed"]
+    return [v for v in dict.fromkeys(later) if v and v != version]
+
+
+def rollback_galleries(
+    contract: Contract, production: str, promotions: list[dict[str, Any]]
+) -> list[str]:
+    """Whose rows a rollback to ``contract.version`` must serve: the contract's
+    ``rollback.serve``, else production and every version the log put in production after
+    this one last served; versions the contract checks anyway (parent, transitive) are left
+    to its own criteria."""
+    if contract.rollback is not None and contract.rollback.serve is not None:
+        wanted = list(contract.rollback.serve)
+    else:
+        wanted = [production, *served_since(promotions, contract.version)]
+    covered = {contract.version, contract.parent, *contract.transitive}
+    return [v for v in dict.fromkeys(wanted) if v not in covered]
 
 
 def params_paragon(params: Path, version: str) -> str | None:
@@ -83,11 +138,14 @@ def promote(
     resamples: int = 1000,
     seed: int = 0,
     dry_run: bool = False,
+    rollback: bool = False,
 ) -> Outcome:
     """Gate ``version`` on its contract and, if it passes, make it ``production``.
 
     ``against`` is the version production must point at when the alias moves (compare-and-set);
     None (or ``"none"``) means production must still be unset: the first promotion.
+    ``rollback``: the caller says this is a rollback (see the module docstring); required
+    exactly when it is one.
     """
     expect_unset = against is not None and against.lower() == NO_VERSION
     if expect_unset:
@@ -101,24 +159,48 @@ def promote(
     paragon = paragon or contract.paragon or params_paragon(paths.params, version)
     rec = reg.get(version)
     check_facts(contract, registered_facts(rec), f"{contract_path}")
-    if contract.parent is None:
-        return _promote_root(reg, rec, contract_path, against, dry_run)
-    names = [version, contract.parent, *contract.transitive] + ([paragon] if paragon else [])
-    records = {n: reg.get(n) for n in dict.fromkeys(names)}
     if against is not None and reg.find(against) is None:
         raise NotFoundError(f"--against {against!r} is not registered")
+    is_rollback = rolls_back(reg, version, against)
+    if is_rollback and not rollback:
+        raise ConflictError(
+            f"promoting {version} while production is {against!r} is a rollback ({against} is "
+            f"not an ancestor of {version}): pass --rollback to gate it as one (it is then also "
+            f"checked on {against}'s rows)"
+        )
+    if rollback and not is_rollback:
+        why = "production is unset" if against is None else f"{against} is {version}'s ancestor"
+        raise UsageError(f"--rollback: promoting {version} is not a rollback ({why})")
+    served: list[str] = []
+    if is_rollback:
+        assert against is not None
+        served = rollback_galleries(contract, against, reg.ledger().promotions())
+        if served and not contract.rollback_criteria():
+            raise BadInputError(
+                f"{contract_path}: rollback.criteria: {version} declares no criteria to judge a "
+                f"rollback by (it would serve {', '.join(served)}'s rows)"
+            )
+    elif contract.parent is None:
+        return _promote_root(reg, rec, contract_path, against, dry_run)
+    gains_from = paragon if contract.parent else None
+    names = [version, *([contract.parent] if contract.parent else []), *contract.transitive]
+    names += served + ([gains_from] if gains_from else [])
+    records = {n: reg.get(n) for n in dict.fromkeys(names)}
 
-    facts = assemble(reg, contract, records, paths, paragon)
+    facts = assemble(reg, contract, records, paths, gains_from)
     verdict = judge(
         contract,
         facts.manifest,
         facts.embeddings,
-        paragon=paragon,
+        paragon=gains_from,
         resamples=resamples,
         seed=seed,
         upgraded=facts.upgraded,
+        rollback=served,
     )
     report = _report(reg, verdict, contract_path, against, dry_run)
+    if is_rollback:
+        report["rollback"] = {"from": against, "serve": served}
     report.update(
         transitive=contract.transitive,
         paragon=paragon,
@@ -134,12 +216,23 @@ def promote(
     blob = seal(report)
     outcome = Outcome(report=report, verdict=verdict, exit_code=0 if verdict.passed else 1)
     if dry_run:
+        outcome.warnings += _drift_now(reg)
         return outcome
 
     record_verdict(reg, rec, verdict, report, blob)
     if verdict.passed:
-        outcome.moved = _move_production(reg, rec, against, report, outcome.messages, expect_unset)
+        outcome.moved = _move_production(
+            reg, rec, against, report, outcome, expect_unset, "rollback" if is_rollback else None
+        )
+    else:
+        outcome.warnings += _drift_now(reg)
     return outcome
+
+
+def _drift_now(reg: Registry) -> list[str]:
+    """The drift warning, read without the lock (a dry run or a failed gate moves nothing)."""
+    message = drift(reg.production(), reg.ledger().promotions())
+    return [message] if message else []
 
 
 def _report(
@@ -170,14 +263,16 @@ def _move_production(
     rec: VersionRecord,
     against: str | None,
     report: dict[str, Any],
-    messages: list[str],
+    outcome: Outcome,
     expect_unset: bool = False,
+    kind: str | None = None,
 ) -> bool:
     """Compare-and-set of the production alias under the lock, logged before and after.
 
     ``against``: the version production must point at now; None: production must be unset
     (``expect_unset``: the caller said so with ``--against none``; else it named no version,
     which is a usage error while production is set)."""
+    messages = outcome.messages
     log = reg.ledger()
     with log.lock():
         repaired = log.repair()
@@ -190,7 +285,7 @@ def _move_production(
         current = reg.production()
         drifted = drift(current, log.promotions())
         if drifted:
-            messages.append(drifted)
+            outcome.warnings.append(drifted)
         if current == rec.name:
             messages.append(f"{rec.name} is already production; nothing to move")
             moved = False
@@ -212,6 +307,7 @@ def _move_production(
         else:
             pid = log.begin(
                 **{"from": current, "to": rec.name, "against": against},
+                **({"kind": kind} if kind else {}),
                 contract_sha256=report["contract"]["sha256"],
                 report_sha256=report["report_sha256"],
                 registry=reg.uri,
@@ -240,10 +336,22 @@ def _promote_root(
     report = _report(reg, verdict, contract_path, against, dry_run)
     blob = seal(report)
     outcome = Outcome(report=report, verdict=verdict)
-    if not dry_run:
+    if dry_run:
+        outcome.warnings += _drift_now(reg)
+    else:
         record_verdict(reg, rec, verdict, report, blob)
-        outcome.moved = _move_production(reg, rec, against, report, outcome.messages)
+        outcome.moved = _move_production(reg, rec, against, report, outcome)
     return outcome
 
 
-__all__ = ["Outcome", "Paths", "PromotionConflict", "params_paragon", "promote"]
+__all__ = [
+    "Outcome",
+    "Paths",
+    "PromotionConflict",
+    "ancestors",
+    "params_paragon",
+    "promote",
+    "rollback_galleries",
+    "rolls_back",
+    "served_since",
+]

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compat.contracts.gate import Verdict
+from compat.contracts.gate import CHECK_FIELDS, Verdict
 from compat.registry.describe import describe
 from compat.registry.store import Registry, VersionRecord, tag_key
 
@@ -44,10 +44,23 @@ def metric_key(*parts: str) -> str:
     return "/".join(clean(p) for p in parts)
 
 
+CHECKS_TAG = "compat.checks"
+MAX_TAG_VALUE = 100_000  # MLflow's limit on a model version tag's value
+
+
 def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
-    """``compat.status``, ``compat.verdict.at``, one ``compat.check.*`` per criterion and the
-    first update gain per protocol."""
-    tags = {"compat.status": "passed" if verdict.passed else "failed", "compat.verdict.at": when}
+    """``compat.status``, ``compat.verdict.at``, ``compat.verdict.kind`` (``promotion`` or
+    ``rollback``), ``compat.checks`` (every check object, compact JSON: what ``show`` and
+    ``chain`` print), one ``compat.check.*`` per criterion (``pass +0.0123``) and the first
+    update gain per protocol."""
+    tags = {
+        "compat.status": "passed" if verdict.passed else "failed",
+        "compat.verdict.at": when,
+        "compat.verdict.kind": "rollback" if verdict.rollback else "promotion",
+    }
+    checks = json.dumps(verdict.checks(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if len(checks) <= MAX_TAG_VALUE:  # else show/chain fall back to the per-check tags
+        tags[CHECKS_TAG] = checks
     for r in verdict.results:
         key = tag_key("compat.check", r.gallery, r.protocol, r.metric, *_forward(r.require))
         tags[key] = (
@@ -60,6 +73,54 @@ def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
         if values:
             tags[f"compat.gain.{p}"] = f"{values[0]:.4f}"
     return tags
+
+
+def recorded_check(gallery: str, key: str, value: str) -> dict[str, Any]:
+    """A check read back from a tag written before the gate recorded whole checks
+    (``compat.checks``): ``compat.check.<gallery>.<key>`` = ``value``, ``key`` being
+    ``<protocol>.<metric>[.forward]`` (metric in tag spelling, ``tar/far:0.1``) and ``value``
+    ``pass +0.0123``. What such a tag does not hold is null."""
+    protocol, _, metric = key.partition(".")
+    forward = metric.endswith(".forward")
+    if forward:
+        metric = metric[: -len(".forward")]
+    verdict, _, diff = value.partition(" ")
+    try:
+        difference: float | None = float(diff)
+    except ValueError:
+        difference = None
+    check = dict.fromkeys(CHECK_FIELDS)
+    check.update(
+        protocol=protocol,
+        metric=metric.replace("/", "@").replace(":", "="),
+        gallery=gallery,
+        require="forward > cross" if forward else None,
+        difference=difference,
+        verdict=verdict or "fail",
+    )
+    return check
+
+
+def checks_from_tags(tags: dict[str, str], gallery: str | None = None) -> list[dict[str, Any]]:
+    """The checks the gate recorded on a version (``gallery``: only those against it): the
+    check objects of ``compat.checks``; for a verdict recorded before that tag existed, the
+    ``compat.check.<gallery>.<protocol>.<metric>`` tags (their other fields null)."""
+    raw = tags.get(CHECKS_TAG)
+    if raw:
+        try:
+            checks = json.loads(raw)
+        except ValueError:
+            checks = None
+        if isinstance(checks, list) and all(isinstance(c, dict) for c in checks):
+            return [c for c in checks if gallery is None or c.get("gallery") == gallery]
+    prefix = "compat.check."
+    out = []
+    for key, value in sorted(tags.items()):
+        if key.startswith(prefix):
+            g, _, rest = key[len(prefix) :].partition(".")
+            if gallery is None or g == gallery:
+                out.append(recorded_check(g, rest, value))
+    return out
 
 
 def _forward(require: str) -> tuple[str, ...]:
@@ -205,11 +266,14 @@ def record_verdict(
 
 
 __all__ = [
+    "CHECKS_TAG",
+    "checks_from_tags",
     "describe",
     "evaluation_files",
     "log_training",
     "metric_key",
     "record_verdict",
+    "recorded_check",
     "seal",
     "training_history",
     "verdict_metrics",

@@ -234,6 +234,19 @@ class Registry:
     def experiment_id(self) -> str:
         return self.call("get_experiment_by_name", EXPERIMENT).experiment_id
 
+    def run_url(self, run_id: str | None) -> str | None:
+        """The MLflow UI page of a run on an ``http(s)://`` tracking server (credentials
+        hidden); None for a store that no browser reaches by URL (sqlite, a database)."""
+        if not run_id or not self.uri.startswith(("http://", "https://")):
+            return None
+        from compat.registry.shared import redacted
+
+        try:
+            experiment = self.call("get_run", run_id).info.experiment_id
+        except CompatError:  # a link is a courtesy: never fail a gate for it
+            return None
+        return f"{redacted(self.uri).rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
+
     # --- versions -------------------------------------------------------------------------
 
     def _record(self, mv: Any) -> VersionRecord:

@@ -134,8 +134,15 @@ def test_refused_psi_upgrades_nothing_and_writes_nothing(proj):
                              metric="top1", psi=0.40, backward=0.45)  # fmt: skip
     write_upgrade_card(folder, card.model_copy(update={"refused": refused}))
     r = cli(*BASE, "--no-progress")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 7, r.output  # nothing upgraded: `backfill && deploy` must stop
     assert "no upgrade: psi v1 -> v2 was refused" in r.stdout and "0.45 without it" in r.stdout
+    assert "(exit 7; --allow-refused accepts this)" in r.stdout
     assert not (proj / "g2.npz").exists()
-    res = json.loads(cli(*BASE, "--no-progress", "--json").stdout)
+    r = cli(*BASE, "--no-progress", "--json")
+    assert r.exit_code == 7
+    res = json.loads(r.stdout)
     assert (res["upgraded"], res["remaining"]) == (0, 30) and res["refused"].startswith("held-out")
+    assert res["written"] is False and res["why"].startswith("psi was refused when it was fitted")
+    accepted = cli(*BASE, "--no-progress", "--allow-refused", "--json")
+    assert accepted.exit_code == 0 and json.loads(accepted.stdout)["written"] is False
+    assert not (proj / "g2.npz").exists()

@@ -120,22 +120,6 @@ def test_json_keeps_numbers_as_numbers():
     assert output.as_float("0.2257") == 0.2257 and output.as_float("nan") is None
 
 
-def test_a_recorded_check_tag_becomes_an_object():
-    check = output.recorded_check("v1", "verification.tar/far:0.1.forward", "pass +0.0123")
-    assert check == {
-        "protocol": "verification",
-        "metric": "tar@far=0.1",
-        "gallery": "v1",
-        "new": None,
-        "baseline": None,
-        "difference": 0.0123,
-        "lower_bound": None,
-        "verdict": "pass",
-        "forward": True,
-    }
-    assert output.recorded_check("v1", "identification.mAP/100", "fail n/a")["difference"] is None
-
-
 def _report(**kw):
     criterion = {
         "protocol": "identification",
@@ -149,8 +133,12 @@ def _report(**kw):
         "confidence": 0.95,
         "lower_bound": 0.0912345,
         "passed": True,
+        "role": "parent",
+        "gain": 0.5734,
+        "gain_meaningful": True,
     }
-    transitive = {**criterion, "gallery": "v0", "difference": -0.01, "passed": False}
+    transitive = {**criterion, "gallery": "v0", "difference": -0.01, "passed": False,
+                  "role": "transitive", "gain": 1.31, "gain_meaningful": False}  # fmt: skip
     report = {
         "version": "v2",
         "parent": "v1",
@@ -168,14 +156,16 @@ def test_promote_summary_has_one_row_per_check():
     text = output.promote_summary(_report())
     lines = text.splitlines()
     assert lines[0] == "### compat promote v2 vs v1: FAILED (production unchanged)"
+    head = "| identification | top1 |"
     assert (
-        "| identification | top1 | v1 | 0.8123 | 0.7000 | +0.1123 | +0.0912 | 57.3% | pass |"
-        in lines
+        f"{head} v1 | cross > self_parent | 0 | 0.95 | 0.8123 | 0.7000 | +0.1123 | +0.0912 | "
+        "57.3% | pass |" in lines
     )
     assert (
-        "| identification | top1 | v0 | 0.8123 | 0.7000 | -0.0100 | +0.0912 | - | **FAIL** |"
-        in lines
+        f"{head} v0 (transitive) | cross > self_parent | 0 | 0.95 | 0.8123 | 0.7000 | -0.0100 | "
+        "+0.0912 | 131.0% (not meaningful) | **FAIL** |" in lines
     )
+    assert "- update gain identification top1 vs v2p: 57.3%, not meaningful: ok" in lines
     passed = output.promote_summary(_report(passed=True, moved=True, criteria=[]))
     assert passed.startswith("### compat promote v2 vs v1: PASSED (production -> v2)")
 

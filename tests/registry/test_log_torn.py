@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typer.testing import CliRunner
 
 from compat.cli.main import app
-from compat.registry.promote import _move_production
+from compat.registry.promote import Outcome, _move_production
 from compat.registry.promotions import TORN_SUFFIX, PromotionLog
 from compat.registry.store import Registry
 
@@ -66,9 +66,9 @@ class MemoryRegistry:
 
 def _promote(reg, name, against):
     report = {"contract": {"sha256": "c" * 64}, "report_sha256": "r" * 64}
-    messages: list[str] = []
-    moved = _move_production(reg, reg.get(name), against, report, messages)
-    return moved, messages
+    outcome = Outcome(report=report, verdict=None)
+    moved = _move_production(reg, reg.get(name), against, report, outcome)
+    return moved, outcome.messages
 
 
 def _torn_cases(reg):

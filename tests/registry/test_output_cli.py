@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from compat.cli.main import app
+from compat.contracts.gate import CHECK_FIELDS
 from compat.registry.store import Registry
 
 runner = CliRunner()
@@ -49,16 +50,7 @@ def test_promote_json_has_checks_as_objects_and_a_step_summary(promoted):
     assert report["passed"] is True and report["moved"] is True
     assert len(report["checks"]) == 2
     for check in report["checks"]:
-        assert set(check) >= {
-            "protocol",
-            "metric",
-            "gallery",
-            "new",
-            "baseline",
-            "difference",
-            "lower_bound",
-            "verdict",
-        }
+        assert set(check) == set(CHECK_FIELDS)  # one check object: every field, always
         assert check["gallery"] == V1 and check["verdict"] == "pass"
         for key in ("new", "baseline", "difference"):
             assert isinstance(check[key], float)
@@ -72,9 +64,11 @@ def test_promote_json_has_checks_as_objects_and_a_step_summary(promoted):
     rows = [
         line for line in text.splitlines() if line.startswith(f"| identification | top1 | {V1}")
     ]
+    assert top1["gain"] == gain and top1["gain_meaningful"] is True
     assert rows == [
-        f"| identification | top1 | {V1} | {top1['new']:.4f} | {top1['baseline']:.4f} | "
-        f"{top1['difference']:+.4f} | {top1['lower_bound']:+.4f} | {100 * gain:.1f}% | pass |"
+        f"| identification | top1 | {V1} | cross > self_parent | 0 | 0.95 | {top1['new']:.4f} | "
+        f"{top1['baseline']:.4f} | {top1['difference']:+.4f} | {top1['lower_bound']:+.4f} | "
+        f"{100 * gain:.1f}% | pass |"
     ]
     assert sum(line.startswith("| ") for line in text.splitlines()) == 3  # header + 2 checks
 

@@ -8,6 +8,7 @@ import json
 from compat.contracts.gate import CriterionResult, Verdict
 from compat.registry.describe import describe
 from compat.registry.record import (
+    checks_from_tags,
     evaluation_files,
     metric_key,
     seal,
@@ -44,13 +45,31 @@ def test_seal_digests_the_sorted_report():
 def test_verdict_tags():
     tags = verdict_tags(_verdict(), "now")
     assert tags["compat.status"] == "failed" and tags["compat.verdict.at"] == "now"
-    assert sorted(k for k in tags if k.startswith("compat.check")) == [
+    assert sorted(k for k in tags if k.startswith("compat.check.")) == [
         "compat.check.v1.identification.top1",
         "compat.check.v1.identification.top1.forward",
     ]
     assert tags["compat.check.v1.identification.top1"] == "pass +0.1000"
     assert tags["compat.check.v1.identification.top1.forward"] == "fail n/a"
     assert tags["compat.gain.identification"] == "0.2500"
+    assert tags["compat.verdict.kind"] == "promotion"
+    # every check whole, as promote's --json has it: what show and chain read back
+    checks = json.loads(tags["compat.checks"])
+    assert checks == _verdict().checks()
+    assert checks[0] == {
+        "protocol": "identification", "metric": "top1", "gallery": "v1", "role": "parent",
+        "require": "cross > self_parent", "margin": 0.0, "confidence": None, "new": 0.5,
+        "baseline": 0.4, "difference": 0.1, "lower_bound": 0.05, "gain": None,
+        "gain_meaningful": None, "verdict": "pass",
+    }  # fmt: skip
+    assert checks_from_tags(tags) == checks and checks_from_tags(tags, "v2") == []
+    # a verdict recorded before compat.checks existed: the per-check tags, other fields null
+    old = {k: v for k, v in tags.items() if k != "compat.checks"}
+    legacy = checks_from_tags(old)
+    assert [(c["metric"], c["difference"], c["verdict"], c["new"]) for c in legacy] == [
+        ("top1", 0.1, "pass", None), ("top1", None, "fail", None)
+    ]  # fmt: skip
+    assert legacy[1]["require"] == "forward > cross" and set(legacy[0]) == set(checks[0])
 
 
 def test_description_is_one_rounded_line_per_check_for_people():

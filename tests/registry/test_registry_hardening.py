@@ -82,7 +82,7 @@ def test_a_copied_project_never_touches_the_original(project, tmp_path_factory, 
     shutil.copytree(original, copy)
     monkeypatch.chdir(copy)
     project.root = copy
-    project.register("v3", parent="v1", noise=0.5, seed=3)
+    project.register("v3", parent="v2", noise=0.5, seed=3)
     r = cli("promote", "v2", "--against", "v1")
     assert r.exit_code == 0, r.output
     assert cli("promote", "v3", "--against", "v2").exit_code == 0
