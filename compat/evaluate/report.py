@@ -30,6 +30,7 @@ import numpy as np
 from compat.compare import matrix as mx
 from compat.compare.engine import Comparison, compare, num, num_pair
 from compat.evaluate.config import EvaluateConfig
+from compat.evaluate.environment import machine_facts
 from compat.evaluate.plots import plot_images
 from compat.evaluate.protocols import (
     EvalSetLike,
@@ -150,6 +151,7 @@ def evaluate_chain(
             "interval": "percentile",
         },
         "cells": [[q, g] for q, g in cells],
+        "environment": machine_facts(config.device),
         "skipped": skipped,
         "aligned": aligned,
         "counts": {},

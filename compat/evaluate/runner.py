@@ -136,7 +136,13 @@ def upgraded_embeddings(
         if old not in embeddings:
             raise BadInputError(f"{where}: from: {old!r} was not embedded (add it to the chain)")
         upgraded[new] = (old, upgrade_array(psi, embeddings[old]))
-        info[new] = card.provenance(folder)
+        # The outcome of psi's refusal test, which decides what a backfill does (and can
+        # differ across machines: docs/findings.md, "Determinism").
+        info[new] = {
+            **card.provenance(folder),
+            "refused": card.refused.reason if card.refused is not None else None,
+            "held_out_lower_bound": (card.metrics or {}).get("val_top1_gain_lower_bound"),
+        }
     return upgraded, info
 
 

@@ -82,6 +82,9 @@ def test_evaluate_chain_truncate_equals_slicing_by_hand():
     by_hand = evaluate_chain(
         manifest, {"v1": v1, "v2": _unit(v2[:, :128])}, config, dim_mismatch={}
     )
+    # Exact by construction: fit_dim re-normalises as _unit does (numpy's row norm of the same
+    # 128 float32 values, then one division), so both matrices are one computation on one input.
+    np.testing.assert_array_equal(fit_dim(v2, 128, "truncate"), _unit(v2[:, :128]))
     for protocol, metrics in by_hand["matrix"].items():
         for metric, rows in metrics.items():
             assert report["matrix"][protocol][metric]["v2"]["v1"] == rows["v2"]["v1"], metric
@@ -163,6 +166,10 @@ def test_a_128_to_256_pair_trained_with_bct_is_evaluated_by_truncation(tmp_path)
     report = evaluate_chain(manifest, embedded, config, dim_mismatch=modes)
     by_hand = evaluate_chain(
         manifest, {"v1": embedded["v1"], "v2": _unit(embedded["v2"][:, :128])}, config
+    )
+    # the same rows bit for bit (as above), so the two matrices are one computation
+    np.testing.assert_array_equal(
+        fit_dim(embedded["v2"], 128, "truncate"), _unit(embedded["v2"][:, :128])
     )
     for protocol, metrics in by_hand["matrix"].items():
         for metric, rows in metrics.items():

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from compat.embeddings.cache import EmbeddingCache
+from compat.embeddings.embed import cache_key
 from compat.errors import BadInputError
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.report import evaluate_chain, flat_metrics, write_report
@@ -127,6 +128,8 @@ def test_write_report_files_for_dvc(tmp_path):
     )
     assert set(ident["sequence"]["top1"]) == {"ac", "aa", "bc", "fc"}
     curve = json.loads((tmp_path / "plots/cmc/v2_on_v1.json").read_text())
+    # Exact by construction: CMC at rank 1 and top-1 are the same integer count over the same
+    # number of valid queries, one correctly rounded division each.
     assert curve[0] == {"rank": 1, "accuracy": rep["matrix"]["identification"]["top1"]["v2"]["v1"]}
     assert (tmp_path / "plots/cmc.png").read_bytes()[:4] == b"\x89PNG"
     assert flat_metrics(rep, "open-set")["M"]["v1"]["v1"].keys() == {
@@ -168,9 +171,18 @@ def test_runner_embeds_once_then_reads_the_cache(tmp_path):
         return models[v], cards[v]
 
     rep = run_evaluation(cfg, manifest, load_images, "src", load_model, tmp_path / "cache")
-    direct = evaluate_chain(manifest, emb, cfg)
+    # What the runner embedded: the model's 3 * e re-normalised by torch in float32, so each row
+    # is e to a few ulp (observed 6e-8), not bit for bit; 1e-6 bounds that on unit rows.
+    cache = EmbeddingCache(tmp_path / "cache")
+    fp = data_fingerprint("src", "m1")
+    embedded = {v: cache.get(cache_key(f"sha-{v}", fp), ids=manifest.items).embeddings for v in emb}
+    for v, e in emb.items():
+        np.testing.assert_allclose(embedded[v], e, rtol=0, atol=1e-6, err_msg=v)
+    # The matrix: exact by construction, the one evaluation of the same embeddings (an ulp on a
+    # score could flip a near-tied rank, so the runner is compared with what it embedded).
+    direct = evaluate_chain(manifest, embedded, cfg)
     assert rep["matrix"] == direct["matrix"]
-    assert rep["data_fingerprint"] == data_fingerprint("src", "m1")
+    assert rep["data_fingerprint"] == fp
     assert all(m.calls > 0 for m in models.values())
     assert len(list((tmp_path / "cache").glob("*.npz"))) == 3
     for m in models.values():

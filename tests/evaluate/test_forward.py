@@ -197,6 +197,8 @@ def test_runner_adds_the_forward_section_only_when_configured(tmp_path):
         "path": str(tmp_path / "psi"),
         "weights_sha256": psi_card.weights_sha256,
         "from": "v1",
+        "refused": None,  # kept: the outcome of the refusal test is recorded either way
+        "held_out_lower_bound": None,  # this card records no fit
     }
     assert e["metrics"]["identification"]["top1"]["old"] is not None
     assert rep["matrix"] == plain["matrix"]  # the chain evaluation is unchanged

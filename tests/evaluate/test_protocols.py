@@ -25,6 +25,22 @@ def _unit(x):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
+def _rank_margin(scores, same, exclude=None):
+    """Smallest |positive score - other score| in a query's row (its own item left out). Ranks
+    only change when a positive and another item swap, so ranks computed from two float32 score
+    paths agree exactly when this margin is far above their rounding."""
+    s = np.asarray(scores, dtype=np.float64).copy()
+    if exclude is not None:
+        rows = np.flatnonzero(exclude >= 0)
+        s[rows, exclude[rows]] = np.nan
+    margin = np.inf
+    for row, pos in zip(s, same, strict=True):
+        p, other = row[pos & ~np.isnan(row)], row[~pos & ~np.isnan(row)]
+        if p.size and other.size:
+            margin = min(margin, float(np.abs(p[:, None] - other[None, :]).min()))
+    return margin
+
+
 @pytest.fixture
 def sets():
     rng = np.random.default_rng(0)
@@ -72,7 +88,11 @@ def test_identification_and_open_set_equal_the_pure_metrics(sets):
         expected = M.tpir_at_fpir(scores.max(axis=1), correct, mated, f)
         assert res["open-set"].metrics[M.tpir_key(f)] == pytest.approx(expected)
     assert res["open-set"].counts == {"mated": 30, "non_mated": 6}
-    # Chunking does not change anything.
+    # Chunking does not change anything. Chunks of 5 and of 36 query rows are other BLAS
+    # products (scores differ by an ulp, ~6e-8 on unit 8-dim rows), but the metrics are
+    # functions of the ranks alone, and no positive is within 1e-4 of another item's score
+    # (1e-3 here), so the ranks and with them the metrics are the same bits.
+    assert _rank_margin(q @ g.T, same) > 1e-4
     again = evaluate_sets([Identification()], q, ql, g, gl, chunk_size=1000, device="cpu")
     assert again["identification"].metrics == ident
 
@@ -212,6 +232,9 @@ def test_label_lookup_ranking_equals_the_boolean_matrix_form(sets):
     ex = np.where(rng.random(ql.size) < 0.5, rng.integers(0, gl.size, ql.size), -1)
     got = ranking(q, ql, g, gl, exclude=ex, chunk_size=7, device="cpu")
     ref = M.rank_stats(q @ g.T, ql[:, None] == gl[None, :], exclude=ex)
+    # Chunks of 7 rows vs one product: scores an ulp apart; integer ranks agree exactly because
+    # no positive is within 1e-4 of another score (1e-3 here), far above that rounding.
+    assert _rank_margin(q @ g.T, ql[:, None] == gl[None, :], ex) > 1e-4
     np.testing.assert_array_equal(got.first_rank, ref.first_rank)
     np.testing.assert_array_equal(got.n_pos, ref.n_pos)
     np.testing.assert_allclose(got.ap, ref.ap, atol=1e-12)

@@ -151,6 +151,8 @@ def test_many_positives_take_the_sort_path():
     same = rng.random((3, 400)) < 0.5  # ~200 positives > the comparison cut-off
     auto = M.rank_stats(scores, same)
     cmp = M.rank_stats(scores, same, method="compare")
+    # Exact by construction: both methods only compare the same float64 scores (>=, a sorted
+    # search) and count; no arithmetic touches a score, so no kernel can change a rank.
     np.testing.assert_array_equal(auto.first_rank, cmp.first_rank)
     np.testing.assert_allclose(auto.ap, cmp.ap)
 
@@ -176,6 +178,8 @@ def test_tar_at_far_by_hand():
     assert M.tar_at_far(s, y, 0.1) == pytest.approx(1 / 3)
     # FAR <= 0.5 allows 2: bar at 0.2 -> all genuine accepted.
     assert M.tar_at_far(s, y, 0.5) == pytest.approx(1.0)
+    # Exact by construction (ROC vs order statistic): both compare the given scores only, and
+    # each TAR is one correctly rounded division of the same two integer counts.
     for far in (0.1, 0.25, 0.5, 0.9, 1.0):
         assert M.tar_at_far(s, y, far) == M.tar_at_far_direct(s, y, far)
 
@@ -204,6 +208,7 @@ def test_tar_at_far_roc_and_order_statistic_agree_on_random_data():
         y = rng.random(n) < 0.4
         y[0], y[1] = True, False
         for far in (0.001, 0.01, 0.1, 0.2, 0.3, 1 / 3, 0.5):
+            # exact: comparisons of the same scores, then count / count (see above)
             assert M.tar_at_far(s, y, far) == M.tar_at_far_direct(s, y, far), (n, far)
 
 

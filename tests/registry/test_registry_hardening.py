@@ -41,12 +41,24 @@ def test_an_alias_moved_outside_compat_is_drift(project):
     r = cli("verify")
     assert r.exit_code == 6
     assert "production is 'v2'" in r.stderr and "'v1'" in r.stderr
+    r = cli("verify", "--json")  # a script gets an object with drift too; the code says so
+    assert r.exit_code == 6 and r.stderr == ""
+    found = json.loads(r.stdout)
+    assert found["drift"] is True and (found["production"], found["logged"]) == ("v2", "v1")
+    assert "production is 'v2'" in found["message"]
     for cmd in (["versions"], ["log"], ["versions", "--json"], ["log", "--json"]):
         r = cli(*cmd)
-        assert r.exit_code == 0 and "drift" in r.stderr, cmd
+        assert r.exit_code == 0 and r.stderr.startswith("warning: drift:"), cmd
+        assert "drift" not in r.stdout, cmd
+    # the same warning, the same stream, in promote: a dry run and a real one
+    r = cli("promote", "v3", "--against", "v2", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith("warning: drift:") and "drift" not in r.stdout
+    r = cli("promote", "v3", "--against", "v2", "--dry-run", "--json")
+    assert json.loads(r.stdout)["warnings"][0].startswith("drift:")
     r = cli("promote", "v3", "--against", "v2")
     assert r.exit_code == 0, r.output
-    assert "drift" in r.output
+    assert r.stderr.startswith("warning: drift:") and "drift" not in r.stdout
     # the gate's own move makes the log and the alias agree again
     assert cli("verify").exit_code == 0
     assert "drift" not in cli("versions").stderr

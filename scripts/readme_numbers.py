@@ -1,0 +1,442 @@
+#!/usr/bin/env python3
+"""Every number in the README's result tables, generated from the committed metrics.
+
+    python scripts/readme_numbers.py           # rewrite the marked blocks of README.md
+    python scripts/readme_numbers.py --check   # exit 1, naming each block that differs
+    python scripts/readme_numbers.py --snapshot COMMIT
+        # keep COMMIT's default-chain metrics (from git) as metrics/runs/COMMIT.json: the
+        # committed record of a run on another machine, for the spread across machines
+
+A block is the text between ``<!-- numbers: NAME -->`` and ``<!-- /numbers -->``; NAME picks
+the generator below, and each generator reads only committed files (``metrics/``,
+``metrics/runs/``, ``experiments/*/metrics``, ``experiments/bict/results``,
+``benchmarks/results``). What depends on the machine (psi kept or refused, exact values) is
+worded as the committed run's outcome, beside the spread seen on the other runs kept under
+``metrics/runs/``. tests/test_readme_numbers.py runs ``--check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BLOCK = re.compile(r"(<!-- numbers: ([\w-]+) -->\n)(.*?)(<!-- /numbers -->)", re.S)
+
+
+def _json(rel: str) -> Any:
+    return json.loads((ROOT / rel).read_text(encoding="utf-8"))
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}"
+
+
+def pair(top1: float | None, m_ap: float | None) -> str:
+    """``top-1 / mAP`` in percent, one decimal."""
+    return f"{pct(top1)} / {pct(m_ap)}"
+
+
+def _cell(matrix: dict[str, Any], metric: str, q: str, g: str) -> float | None:
+    return matrix.get(metric, {}).get(q, {}).get(g)
+
+
+# --- the default chain (metrics/compat.json) ------------------------------------------------
+
+
+def default_chain() -> str:
+    """The identification matrix of the default chain, top-1 / mAP %."""
+    d = _json("metrics/compat.json")
+    chain, m = d["chain"], d["matrix"]["identification"]
+    lines = ["| | " + " | ".join(chain) + " |", "|---|" + "---|" * len(chain)]
+    for i, q in enumerate(chain):
+        cells = [
+            pair(_cell(m, "top1", q, g), _cell(m, "mAP", q, g)) if j <= i else ""
+            for j, g in enumerate(chain)
+        ]
+        lines.append(f"| {q} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _gain_text(g: dict[str, Any]) -> str:
+    lo, hi = g.get("interval") or (None, None)
+    text = f"{pct(g['value'], 0)}%"
+    if lo is not None and hi is not None:
+        text += f" [{pct(lo, 0)}, {pct(hi, 0)}]"
+    if not g.get("meaningful"):
+        text += f" (not meaningful: {g.get('reason')})"
+    return text
+
+
+def default_chain_notes() -> str:
+    """Paragons, the criterion, the update gains and psi's outcome on the committed run."""
+    d = _json("metrics/compat.json")
+    chain, m = d["chain"], d["matrix"]["identification"]
+    diff, gains = d["difference"]["identification"]["top1"], d["gain"]["identification"]["top1"]
+    paragons = d["paragon"]
+    out = []
+    para = ", ".join(
+        f"{p} {pair(_cell(m, 'top1', p, p), _cell(m, 'mAP', p, p))}" for p in paragons.values()
+    )
+    out.append(
+        f"Paragons (each version trained the way it is, minus the compatibility terms): {para}."
+    )
+    crosses = [(q, g) for i, q in enumerate(chain) for g in chain[:i]]
+    held = [(q, g) for q, g in crosses if (diff.get(q, {}).get(g) or {}).get("lower_bound", -1) > 0]
+    if len(held) == len(crosses):
+        out.append(
+            "Every cross test beats the old self test with 95% confidence (the lower bound of the "
+            f"paired top-1 difference is above 0 for all {len(crosses)} pairs): "
+            f"{chain[-1]} serves {chain[0]}'s gallery though {chain[0]} never took part in "
+            f"training {chain[-1]}."
+        )
+    else:
+        failed = ", ".join(f"M({q}, {g})" for q, g in crosses if (q, g) not in held)
+        out.append(f"The criterion does not hold with 95% confidence for {failed}.")
+    gain_texts = [
+        f"{new} over {old} {_gain_text(g)}" for new, per in gains.items() for old, g in per.items()
+    ]
+    out.append(
+        "Update gains (BCT Eq. 9, top-1, 95% bootstrap interval, each against the new version's "
+        "own paragon): " + "; ".join(gain_texts) + "."
+    )
+    above = [
+        f"{new} over {old}" for new, per in gains.items() for old, g in per.items()
+        if g.get("value") is not None and g["value"] > 1
+    ]  # fmt: skip
+    if above:
+        out.append(
+            f"A gain above 100% ({', '.join(above)}) says the version beats its paragon's self "
+            "test: that paragon is weaker than the version and bounds nothing."
+        )
+    else:
+        out.append("No gain is above 100%: each paragon bounds its version.")
+    for new, fwd in d.get("forward", {}).items():
+        out.append(_psi_text(new, fwd))
+    env = d.get("environment")
+    if env:
+        out.append(f"Produced on: {_machine(env)}.")
+    return "\n".join(_wrap(" ".join(out)))
+
+
+def _psi_text(new: str, fwd: dict[str, Any]) -> str:
+    """psi's outcome on the committed run: kept (with its held-out gain bound) or refused."""
+    old = fwd["from"]
+    met = fwd["metrics"]["identification"]
+    t, a = met["top1"], met["mAP"]
+    psi = fwd.get("psi") or {}
+    forward = f"M({new}, psi({old})) {pair(t['forward'], a['forward'])}"
+    backward = f"backward M({new}, {old}) {pair(t['backward'], a['backward'])}"
+    bound = psi.get("held_out_lower_bound")
+    held = "" if bound is None else f", held-out top-1 gain lower bound {100 * bound:+.2f} points"
+    if "refused" not in psi:  # a report written before the outcome was recorded
+        head = f"Forward {forward} against {backward}"
+    elif psi["refused"]:
+        head = (
+            f"psi ({old} -> {new}) was refused on this run: {psi['refused']}. Forward therefore "
+            f"equals backward: {forward}"
+        )
+    else:
+        head = (
+            f"psi ({old} -> {new}) was kept on this run{held}: forward {forward} against {backward}"
+        )
+    curve = ", ".join(pct(p["value"]) for p in t.get("curve", []))
+    tail = f"; the partial-backfill curve (top-1, 0 to 100% upgraded): {curve}" if curve else ""
+    return head + tail + "."
+
+
+def _machine(env: dict[str, Any]) -> str:
+    parts = [env.get("cpu") or "an unrecorded processor"]
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']}")
+    if env.get("threads"):
+        parts.append(f"{env['threads']} threads")
+    return ", ".join(parts)
+
+
+def default_chain_spread() -> str:
+    """The committed run beside every run of another machine kept under metrics/runs/."""
+    d = _json("metrics/compat.json")
+    chain, m = d["chain"], d["matrix"]["identification"]
+    runs = sorted((ROOT / "metrics" / "runs").glob("*.json"))
+    if not runs:
+        return "No run of another machine is kept under `metrics/runs/`."
+    others = [json.loads(p.read_text(encoding="utf-8")) for p in runs]
+    head = "| cell | committed run | " + " | ".join(f"{o['commit']} ({o['machine']})" for o in others) + " |"  # fmt: skip
+    lines = [head, "|---|---|" + "---|" * len(others)]
+    cells = [(q, g) for i, q in enumerate(chain) for g in chain[: i + 1]]
+    for q, g in cells:
+        row = [f"M({q}, {g})", pair(_cell(m, "top1", q, g), _cell(m, "mAP", q, g))]
+        for o in others:
+            om = o["identification"]
+            row.append(pair(_cell(om, "top1", q, g), _cell(om, "mAP", q, g)))
+        lines.append("| " + " | ".join(row) + " |")
+    for new, fwd in d.get("forward", {}).items():
+        t = fwd["metrics"]["identification"]["top1"]
+        row = [f"forward M({new}, psi({fwd['from']})), top-1", _fwd(t["forward"], t["backward"])]
+        for o in others:
+            of = o.get("forward", {}).get(new)
+            row.append("n/a" if of is None else _fwd(of["top1"], of["backward_top1"]))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _fwd(forward: float, backward: float) -> str:
+    """Forward top-1 and what it says of psi: an identity (refused) psi gives backward exactly."""
+    return f"{pct(forward)} ({'psi refused' if forward == backward else 'psi kept'})"
+
+
+# --- experiments/hard ----------------------------------------------------------------------
+
+
+def hard() -> str:
+    """The hard configuration's committed run: M(v1, v1), backward, forward, the gate's bound."""
+    d = _json("experiments/hard/metrics/compat.json")
+    m = d["matrix"]["identification"]
+    diff = d["difference"]["identification"]
+    fwd = d["forward"]["v2"]["metrics"]["identification"]
+    bound = [diff[k]["v2"]["v1"]["lower_bound"] for k in ("top1", "mAP")]
+    verdict = "holds" if min(bound) > 0 else "fails"
+    psi = d["forward"]["v2"].get("psi") or {}
+    kept = (
+        "psi refused" if psi.get("refused") else ("psi kept" if "refused" in psi else "psi outcome not recorded")
+    )  # fmt: skip
+    return "\n".join(
+        [
+            "| | M(v1, v1) | backward M(v2, v1) | forward M(v2, psi(v1)) | gate lower bound, top-1 / mAP |",
+            "|---|---|---|---|---|",
+            f"| committed run (v2 fine-tunes v1, bct with its alignment term `l2: 3`; {kept}) | "
+            f"{pair(_cell(m, 'top1', 'v1', 'v1'), _cell(m, 'mAP', 'v1', 'v1'))} | "
+            f"{pair(_cell(m, 'top1', 'v2', 'v1'), _cell(m, 'mAP', 'v2', 'v1'))} | "
+            f"{pair(fwd['top1']['forward'], fwd['mAP']['forward'])} | "
+            f"{100 * bound[0]:+.1f} / {100 * bound[1]:+.1f}: {verdict} |",
+        ]
+    )  # fmt: skip
+
+
+# --- the papers' results -------------------------------------------------------------------
+
+
+def _result5() -> dict[str, str]:
+    d = _json("metrics/compat.json")
+    m = d["matrix"]["identification"]
+    first, last = d["chain"][0], d["chain"][-1]
+    lb = d["difference"]["identification"]["top1"][last][first]["lower_bound"]
+    return {
+        "result": "5 chain v1 -> v2 -> v3",
+        "expected": "v3 compatible with v1 (never trained against it)",
+        "measured": (
+            f"M({last},{first}) {pair(_cell(m, 'top1', last, first), _cell(m, 'mAP', last, first))} "
+            f"vs M({first},{first}) {pair(_cell(m, 'top1', first, first), _cell(m, 'mAP', first, first))} "
+            "(the default chain, metrics/compat.json: each version fine-tunes its parent with "
+            "bct's alignment term)"
+        ),
+        "verdict": "held" if lb > 0 else "did not hold",
+    }
+
+
+def _result7() -> dict[str, str]:
+    rows = _lambda_rows()
+    back = {r["lambda"]: float(r["backward"].split(" / ")[0]) for r in rows}
+    lams = list(back)
+    peak = max(lams, key=lambda k: back[k])
+    interior = lams.index(peak) not in (0, len(lams) - 1)
+    fwd_above = [r["lambda"] for r in rows if float(r["forward"].split(" / ")[0]) > back[r["lambda"]]]  # fmt: skip
+    shown = ", ".join(f"{back[k]:.1f} ({k})" for k in lams[-3:])
+    return {
+        "result": "7 bict lambda",
+        "expected": "M(new, old) peaks at an intermediate lambda; forward beats backward at small lambda",
+        "measured": (
+            f"backward by lambda: {shown}; peak at lambda {peak}; forward above backward for "
+            f"lambda {', '.join(fwd_above) or 'none'} (experiments/bict/results/lambda.md, one seed)"
+        ),
+        "verdict": "held" if interior and fwd_above else "did not hold",
+    }
+
+
+def _result8() -> dict[str, str]:
+    s = _json("experiments/sequence/metrics/summary.json")
+
+    def ac_aa(method: str) -> str:
+        t = s[method]["identification"]["top1"]
+        return f"{t['ac']:.2f} ({pct(t['aa'])}%)"
+
+    hoc = s["hoc-template"]["identification"]["top1"]["ac"]
+    return {
+        "result": "8 hoc sequence",
+        "expected": "AC near 0.95 (hoc) vs near 0 (er)",
+        "measured": (
+            f"template gallery (the reference's): hoc AC {ac_aa('hoc-template')}, er "
+            f"{ac_aa('er-template')}, bct {ac_aa('bct-template')}; instance gallery hoc "
+            f"{ac_aa('hoc')}, er {ac_aa('er')}, bct {ac_aa('bct')}"
+        ),
+        "verdict": "held" if hoc >= 0.8 else "did not hold (hoc's AC below 0.8)",
+    }
+
+
+def reproduction() -> str:
+    """Results 1-8: 1-4 and 6 from benchmarks/results/reproduction.json (rows written by
+    benchmarks/reproduce.py from its cells), 5 from the default chain, 7 and 8 from the
+    experiments."""
+    rep = _json("benchmarks/results/reproduction.json")
+    by_number = {r["result"].split()[0]: r for r in rep["rows"]}
+    rows = []
+    for n in "12345678":
+        if n == "5":
+            rows.append(_result5())
+        elif n == "7":
+            rows.append(_result7())
+        elif n == "8":
+            rows.append(_result8())
+        else:
+            r = by_number[n]
+            rows.append({**r, "verdict": "held" if r["held"] else "did not hold"})
+    lines = [
+        "| expected result (docs/reference.md) | expected | measured (top-1 / mAP %, cross = M(new, old)) | |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['result']} | {r['expected']} | {r['measured']} | {r['verdict']} |" for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def _lambda_rows() -> list[dict[str, str]]:
+    """The rows of experiments/bict/results/lambda.md (written by experiments/bict/summarize.py)."""
+    text = (ROOT / "experiments" / "bict" / "results" / "lambda.md").read_text(encoding="utf-8")
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and re.fullmatch(r"[\d.]+", cells[0]):
+            rows.append(dict(zip(("lambda", "old", "backward", "forward", "self"), cells, strict=True)))  # fmt: skip
+    return rows
+
+
+def bict_lambda() -> str:
+    lines = [
+        "| lambda | M(v1, v1) | backward M(v2, v1) | forward M(v2, psi(v1)) | self M(v2, v2) |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['lambda']} | {r['old']} | {r['backward']} | {r['forward']} | {r['self']} |"
+        for r in _lambda_rows()
+    ]
+    return "\n".join(lines)
+
+
+def sequence() -> str:
+    s = _json("experiments/sequence/metrics/summary.json")
+
+    def cell(method: str) -> str:
+        t = s[method]["identification"]["top1"]
+        return f"{t['ac']:.2f} / {pct(t['aa'])}%"
+
+    return "\n".join(
+        [
+            "| gallery | hoc AC / AA | er AC / AA | bct AC / AA |",
+            "|---|---|---|---|",
+            f"| template (one mean per class; the reference's) | {cell('hoc-template')} | {cell('er-template')} | {cell('bct-template')} |",
+            f"| instance | {cell('hoc')} | {cell('er')} | {cell('bct')} |",
+        ]
+    )  # fmt: skip
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "default-chain": default_chain,
+    "default-chain-notes": default_chain_notes,
+    "default-chain-spread": default_chain_spread,
+    "hard": hard,
+    "reproduction": reproduction,
+    "bict-lambda": bict_lambda,
+    "sequence": sequence,
+}
+
+
+def _wrap(text: str, width: int = 100) -> list[str]:
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line] if line else lines
+
+
+def render(readme: str) -> tuple[str, list[str]]:
+    """``readme`` with every block regenerated, and the names of the blocks that changed."""
+    changed: list[str] = []
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if name not in GENERATORS:
+            raise SystemExit(f"error: README.md: block {name!r}: no generator; known: {', '.join(GENERATORS)}")  # fmt: skip
+        body = GENERATORS[name]() + "\n"
+        if body != m.group(3):
+            changed.append(name)
+        return m.group(1) + body + m.group(4)
+
+    return BLOCK.sub(one, readme), changed
+
+
+def snapshot(commit: str) -> Path:
+    """metrics/runs/COMMIT.json: COMMIT's identification matrix and forward top-1, from git."""
+
+    def show(rel: str) -> Any:
+        out = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+        return json.loads(out.stdout)
+
+    d = show("metrics/compat.json")
+    m = d["matrix"]["identification"]
+    record = {
+        "commit": commit,
+        "machine": "the machine that produced that commit's metrics",
+        "identification": {k: m[k] for k in ("top1", "mAP")},
+        "forward": {
+            new: {
+                "top1": f["metrics"]["identification"]["top1"]["forward"],
+                "backward_top1": f["metrics"]["identification"]["top1"]["backward"],
+            }
+            for new, f in d.get("forward", {}).items()
+        },
+    }
+    path = ROOT / "metrics" / "runs" / f"{commit}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a block differs; write nothing")
+    ap.add_argument("--snapshot", metavar="COMMIT", help="keep COMMIT's metrics as another run")
+    a = ap.parse_args(argv)
+    if a.snapshot:
+        print(f"wrote {snapshot(a.snapshot).relative_to(ROOT)}")
+        return 0
+    text = README.read_text(encoding="utf-8")
+    new, changed = render(text)
+    if a.check:
+        if changed:
+            print(f"README.md: blocks out of date with the committed metrics: {', '.join(changed)}; run python scripts/readme_numbers.py", file=sys.stderr)  # fmt: skip
+            return 1
+        return 0
+    if changed:
+        from compat.io import atomic_path
+
+        with atomic_path(README) as tmp:
+            tmp.write_text(new, encoding="utf-8")
+    print(f"README.md: {len(changed)} block(s) rewritten" + (f": {', '.join(changed)}" if changed else ""))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
