@@ -25,6 +25,8 @@ def _field_path(loc: tuple, raw: Any) -> list[str]:
     out: list[str] = []
     node = raw
     for part in loc:
+        if part == "[key]":  # pydantic's marker of a dict key's own error: the key is named
+            continue
         if isinstance(node, dict) and part not in node and node.get("kind") == part:
             continue
         out.append(str(part))
@@ -60,13 +62,74 @@ def format_validation_error(
     return "; ".join(validation_problems(where, err, raw, prefix))
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names the same key twice (YAML 1.2 forbids it; PyYAML keeps the last)."""
+
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} given twice (lines {first} and {second})")
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a duplicate key instead of silently keeping the last one
+    (``size: 32`` then ``size: 16`` would otherwise train at 16 with no word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKeyError(key, seen[key], line)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _key_path(node: Any, line: int, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The dotted path of the mapping key that starts on ``line`` (1-based) under ``node``."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value in node.value:
+            here = (*path, str(key_node.value))
+            if key_node.start_mark.line + 1 == line:
+                return here
+            found = _key_path(value, line, here)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _key_path(item, line, (*path, str(i)))
+            if found:
+                return found
+    return None
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse YAML text safely (a SafeLoader), refusing duplicate keys
+    (:class:`DuplicateKeyError`, whose ``key`` is then the dotted path, e.g. ``data.size``)."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except DuplicateKeyError as err:
+        dotted = _key_path(yaml.compose(text, Loader=yaml.SafeLoader), err.second)
+        if dotted:
+            err.key = ".".join(dotted)
+        raise
+
+
 def read_yaml(path: str | os.PathLike[str]) -> Any:
-    """The parsed YAML of ``path``: NotFoundError if it is missing, BadInputError if it does not parse."""
+    """The parsed YAML of ``path``: NotFoundError if it is missing, BadInputError if it does not
+    parse or names a key twice in one mapping (both lines named)."""
     path = Path(path)
     if not path.exists():
         raise NotFoundError(f"{path}: file not found")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return load_yaml_text(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as err:
+        raise BadInputError(f"{path}: {err.key}: {err}") from None
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
         raise BadInputError(f"{path}: not valid UTF-8 at line {line}") from None

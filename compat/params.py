@@ -46,18 +46,19 @@ def _params_model() -> type[BaseModel]:
     from compat.data.config import DataParams, EmbeddedData
     from compat.data.split import SplitParams
     from compat.evaluate.config import EvaluateConfig
+    from compat.names import Name
     from compat.train.config import TrainConfig
     from compat.train.upgrade_config import UpgradeConfig
 
     class Params(BaseModel):
         """The whole of params.yaml; each stage reads only its own section."""
 
-        model_config = ConfigDict(extra="forbid")
+        model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
         data: DataParams = Field(default_factory=EmbeddedData)
         split: SplitParams = Field(default_factory=SplitParams)
-        train: dict[str, TrainConfig] = Field(default_factory=dict)
-        upgrade: dict[str, UpgradeConfig] = Field(default_factory=dict)
+        train: dict[Name, TrainConfig] = Field(default_factory=dict)
+        upgrade: dict[Name, UpgradeConfig] = Field(default_factory=dict)
         evaluate: EvaluateConfig | None = None
 
     return Params

@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args([] if argv is None else argv)
     try:
+        from compat.errors import BadInputError
+        from compat.names import name_problem
+
+        problem = name_problem(args.version)
+        if problem:  # the name becomes models/<version>/: it must not leave the project
+            raise BadInputError(f"{args.params}: train.{args.version}: {problem}")
         from compat.train.config import TrainConfig
 
         cfg = read_section(

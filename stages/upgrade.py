@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.errors import BadInputError, CompatError
+from compat.errors import CompatError
 from compat.params import PARAMS_FILE, read_section
 
 
@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args([] if argv is None else argv)
     try:
+        from compat.errors import BadInputError
+        from compat.names import name_problem
+
+        problem = name_problem(args.version)
+        if problem:  # the name becomes models/<version>/: it must not leave the project
+            raise BadInputError(f"{args.params}: upgrade.{args.version}: {problem}")
         from compat.train.upgrade_config import UpgradeConfig
 
         cfg = read_section(

@@ -326,6 +326,56 @@ WORKING = [
 ]  # fmt: skip
 
 
+# -- round 3 (issue 30): names that would be paths, non-finite floats, duplicate keys,
+# sizes without bounds, devices ------------------------------------------------------------
+
+_LOOP_DATA = "data: {kind: embedded, classes: 20, images_per_class: 2}\n"
+
+ROUND3 = [
+    Case("train-version-escapes", "train",
+         lambda t: ["../../escaped_train", "--params", _params(t, "train:\n  v1: {}\n")], 4,
+         ("params.yaml: train.../../escaped_train", "no '..'")),
+    Case("train-parent-escapes", "train", lambda t: _train_params(t, "{parent: ../x}"), 4,
+         ("params.yaml: train.v1.parent", "name '../x'")),
+    Case("train-split-escapes", "train", lambda t: _train_params(t, "{split: ../../etc}"), 4,
+         ("params.yaml: train.v1.split", "name '../../etc'")),
+    Case("upgrade-version-escapes", "upgrade",
+         lambda t: ["../v2", "--params", _params(t, "upgrade:\n  v2: {from: v1}\n")], 4,
+         ("params.yaml: upgrade.../v2", "no '..'")),
+    Case("evaluate-chain-escapes", "evaluate",
+         lambda t: ["--params", _params(t, "evaluate: {chain: [v1, ../../x]}\n")], 4,
+         ("params.yaml: evaluate.chain.1", "name '../../x'")),
+    Case("split-set-name-escapes", "split",
+         lambda t: ["--params", _params(t, "split: {scenarios: [{kind: chain, fractions: {../v1: 1.0}}]}\n")],
+         4, ("params.yaml: split.scenarios.0.fractions.../v1", "no '..'")),
+    Case("train-nan-lam", "train",
+         lambda t: _train_params(t, "{method: bct, parent: v0, method_params: {lam: .nan}}"), 4,
+         ("params.yaml: train.v1.method_params.lam", "finite")),
+    Case("train-inf-lr", "train", lambda t: _train_params(t, "{lr: .inf}"), 4,
+         ("params.yaml: train.v1.lr", "finite")),
+    Case("upgrade-val-fraction-zero", "upgrade",
+         lambda t: ["v2", "--params", _params(t, "upgrade:\n  v2: {from: v1, val_fraction: 0}\n")],
+         4, ("params.yaml: upgrade.v2", "val_fraction: 0 holds nothing out")),
+    Case("params-duplicate-key", "data",
+         lambda t: ["--params", _params(t, "data:\n  size: 32\n  size: 16\n")], 4,
+         ("params.yaml: data.size", "given twice (lines 2 and 3)")),
+    Case("contract-duplicate-key", "cli",
+         lambda t: _contract(t, CONTRACT + "head: arcface\n"), 4,
+         ("v2.yaml: head", "given twice (lines 4 and 6)"), prefix=""),
+    Case("data-images-per-class-unbounded", "data",
+         lambda t: ["--params", _params(t, "data: {kind: embedded, images_per_class: 1000000000}\n")],
+         4, ("params.yaml: data", "images_per_class", "GiB limit")),
+    Case("split-pairs-unbounded", "split",
+         lambda t: ["--params", _params(t, "split: {eval: {pairs: 10000000000000}}\n")], 4,
+         ("params.yaml: split.eval.pairs", "less than or equal to 10000000")),
+    Case("train-dim-unbounded", "train", lambda t: _train_params(t, "{dim: 1000000000000}"), 4,
+         ("params.yaml: train.v1.dim", "less than or equal to 65536")),
+    Case("evaluate-device-bogus", "evaluate",
+         lambda t: ["--params", _params(t, "evaluate: {chain: [v1], device: bogus}\n")], 4,
+         ("params.yaml: evaluate.device", "pattern")),
+]  # fmt: skip
+
+
 def _run(case: Case, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     argv = case.setup(tmp)
     if case.run == "cli":
@@ -341,7 +391,7 @@ def _run(case: Case, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int
     return code, out.err + out.out
 
 
-@pytest.mark.parametrize("case", FIXED + WORKING, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", FIXED + WORKING + ROUND3, ids=lambda c: c.id)
 def test_bad_input(case: Case, in_tmp: Path, capsys: pytest.CaptureFixture[str]):
     code, output = _run(case, in_tmp, capsys)
     lines = output.strip().splitlines()
@@ -358,7 +408,8 @@ def test_bad_input(case: Case, in_tmp: Path, capsys: pytest.CaptureFixture[str])
 
 def test_the_table_is_as_large_as_promised():
     assert len(WORKING) >= 20
-    assert len({c.id for c in FIXED + WORKING}) == len(FIXED + WORKING)
+    cases = FIXED + WORKING + ROUND3
+    assert len({c.id for c in cases}) == len(cases)
 
 
 def test_a_script_prints_one_line_and_no_traceback(in_tmp: Path):

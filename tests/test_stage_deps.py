@@ -45,6 +45,9 @@ ALLOWLIST = {
     # Name -> factory lookup (timm-style catalogs); what a name builds is defined in the module
     # that registers it (losses, backbones, heads), each a checked dependency.
     "compat/catalog.py",
+    # Checks names that become paths (versions, training sets) against one rule and that an
+    # output path stays inside the project; it refuses bad input, it never shapes an output.
+    "compat/names.py",
 }
 # Not allowlisted on purpose: compat/io.py writes the JSON outputs (indentation, key order) and
 # computes the fingerprints stored in them, so a change there does change outputs.

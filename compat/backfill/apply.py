@@ -216,6 +216,9 @@ def backfill(
         raise UsageError(f"--from and --to are both {source!r}")
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    from compat.embeddings.search import resolve_device
+
+    device = resolve_device(device)  # a name or a device this machine lacks: exit 2, at once
     if not gallery_path.exists():
         raise NotFoundError(f"{gallery_path}: file not found")
     if _same_file(gallery_path, out_path):

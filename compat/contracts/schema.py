@@ -55,10 +55,11 @@ from pydantic import (
     model_validator,
 )
 
-from compat.config import validation_problems
+from compat.config import DuplicateKeyError, load_yaml_text, validation_problems
 from compat.errors import BadInputError, NotFoundError
 from compat.evaluate.metrics import canonical_metric
 from compat.evaluate.protocols import PROTOCOLS, options_for
+from compat.names import Name
 
 TERMS: tuple[str, ...] = ("cross", "self_parent", "self", "forward")
 _REQUIRE_RE = re.compile(r"^\s*(\w+)\s*>\s*(\w+)\s*$")
@@ -108,7 +109,7 @@ def protocol_options(criteria: Iterable[Criterion]) -> dict[str, dict[str, Any]]
 class Criterion(BaseModel):
     """One required inequality between two matrix cells, for one protocol and metric."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     protocol: str
     metric: str
@@ -177,9 +178,9 @@ class Rollback(BaseModel):
     parent's rows only). A negative ``margin`` is a loss the team accepts on those rows.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    serve: list[str] | None = None
+    serve: list[Name] | None = None
     criteria: list[Criterion] | None = None
 
     @model_validator(mode="after")
@@ -198,15 +199,15 @@ class Rollback(BaseModel):
 class Contract(BaseModel):
     """What a version promises; validated with ``extra="forbid"`` so a typo is an error."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    version: str = Field(min_length=1)
-    parent: str | None = None
+    version: Name
+    parent: Name | None = None
     embedding_dim: int = Field(gt=0)
     head: str
     criteria: list[Criterion] = Field(default_factory=list)
-    transitive: list[str] = Field(default_factory=list)
-    paragon: str | None = None
+    transitive: list[Name] = Field(default_factory=list)
+    paragon: Name | None = None
     dim_mismatch: Literal["truncate", "pad"] | None = None
     rollback: Rollback | None = None
 
@@ -254,7 +255,9 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
     if not path.is_file():
         raise NotFoundError(f"{path}: contract not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml_text(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as err:
+        return None, [f"{path}: {err.key}: {err}"]
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
         return None, [f"{path}: line {line}: not valid UTF-8"]

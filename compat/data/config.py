@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from compat.data.render import Distortion
 
+MAX_RENDER_BYTES = 8 * 2**30  # the embedded source's rendered uint8 array
+
 
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     size: int = Field(32, ge=8, le=112, description="images are resized to size x size")
     channels: Literal[1, 3] = 1
@@ -29,6 +31,19 @@ class EmbeddedData(_Base):
     cache: str | None = Field(
         None, description="render cache folder; default $COMPAT_CACHE_DIR or ~/.cache/compat"
     )
+
+    @model_validator(mode="after")
+    def _fits(self) -> EmbeddedData:
+        # The rendered images are held in memory (and cached on disk) as one uint8 array.
+        need = self.classes * self.images_per_class * self.size * self.size * self.channels
+        if need > MAX_RENDER_BYTES:
+            raise ValueError(
+                f"images_per_class: {self.classes} classes x {self.images_per_class} images of "
+                f"{self.size}x{self.size}x{self.channels} are {need / 2**30:.1f} GiB to render, "
+                f"over the {MAX_RENDER_BYTES / 2**30:.0f} GiB limit: lower images_per_class, "
+                "classes or size"
+            )
+        return self
 
 
 class FolderData(_Base):

@@ -26,7 +26,7 @@ _BERNSTEIN = np.stack([(1 - _T) ** 3, 3 * (1 - _T) ** 2 * _T, 3 * (1 - _T) * _T*
 class Distortion(BaseModel):
     """How strongly instances of a class differ. ``strength`` scales every geometric term."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     strength: float = Field(1.0, ge=0.0, le=3.0)
     jitter: float = Field(2.5, ge=0.0, description="control-point jitter, SVG units (of 109)")

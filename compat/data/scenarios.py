@@ -20,6 +20,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from compat.names import Name
+
 Pool = dict[
     str, list[str]
 ]  # class -> its item ids, in a seeded random order; dict order = class order
@@ -44,7 +46,7 @@ class Share(BaseModel):
     rounds (at least one, at most n), leaving at least ``spare`` out and keeping at most
     ``most``; with ``rest``, what that part leaves over. The default is all of them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     fraction: float = Field(1.0, gt=0.0, le=1.0)
     spare: int = Field(0, ge=0)
@@ -70,7 +72,7 @@ class Share(BaseModel):
 class Relation(BaseModel):
     """One promise a scenario makes about its training sets; ``a`` is the set it is checked on."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     a: str
     why: str = Field(description="the scenario (kind) that makes the promise, for messages")
@@ -126,7 +128,7 @@ class Replay(Relation):
 
 
 class _Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     def names(self) -> list[str]:
         raise NotImplementedError
@@ -149,8 +151,8 @@ class TwoVersion(_Scenario):
 
     kind: Literal["extended-data", "open-data", "extended-class", "open-class", "identical-data"]
     old_fraction: float = Field(0.3, gt=0.0, lt=1.0)
-    old: str = "old"
-    new: str = "new"
+    old: Name = "old"
+    new: Name = "new"
 
     def names(self) -> list[str]:
         return [self.old, self.new]
@@ -246,7 +248,7 @@ class Chain(_Scenario):
 
     kind: Literal["chain"]
     unit: Literal["classes", "data"] = "classes"
-    fractions: dict[str, float] = {"v1": 0.25, "v2": 0.5, "v3": 1.0}
+    fractions: dict[Name, float] = {"v1": 0.25, "v2": 0.5, "v3": 1.0}
 
     @model_validator(mode="after")
     def _check(self) -> Chain:
@@ -320,7 +322,7 @@ class Incremental(_Scenario):
     per_task: int = Field(5, ge=1)
     tasks: int = Field(5, ge=1, description="number of tasks, the initial one included")
     memory: int = Field(0, ge=0, description="replay images kept per earlier class")
-    prefix: str = "t"
+    prefix: Name = "t"
     cumulative: list[int] = Field(
         default_factory=list,
         description="tasks (1-based) that also get '<prefix><t>-all': all images seen so far",
@@ -328,7 +330,7 @@ class Incremental(_Scenario):
     pretrain: int = Field(
         0, ge=0, description="classes of a pre-training set disjoint from every task (0: none)"
     )
-    pretrain_name: str = "pretrain"
+    pretrain_name: Name = "pretrain"
     pretrain_images: int | None = Field(
         None, ge=1, description="images kept per pre-training class (None: every one)"
     )

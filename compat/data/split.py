@@ -35,7 +35,7 @@ VALIDATION = "validation"  # splits/validation.json
 
 
 class EvalSplit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     classes: int = Field(1000, ge=2, description="classes held out for evaluation")
     query_fraction: float = Field(
@@ -44,13 +44,16 @@ class EvalSplit(BaseModel):
     open_set_fraction: float = Field(
         0.1, ge=0.0, lt=1.0, description="share of evaluation classes with no gallery item"
     )
-    pairs: int = Field(6000, ge=2, description="verification pairs, half of them same-class")
+    # At most 10M pairs: each is held in memory by the split and scored by every cell.
+    pairs: int = Field(
+        6000, ge=2, le=10_000_000, description="verification pairs, half of them same-class"
+    )
 
 
 class SplitParams(BaseModel):
     """The ``split:`` section of params.yaml."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     seed: int = 0
     train_classes: int | None = Field(
@@ -79,7 +82,7 @@ class SplitParams(BaseModel):
 class TrainManifest(BaseModel):
     """One version's training set. ``classes`` is the head's class order (index = class id)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str
     scenario: str
@@ -97,7 +100,7 @@ class TrainManifest(BaseModel):
 class EvalManifest(BaseModel):
     """The held-out evaluation set; ``query``, ``gallery`` and ``pairs`` index into ``items``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     fingerprint: str
     source_fingerprint: str
@@ -126,6 +129,7 @@ def _eval_set(
     p: EvalSplit,
     rng: np.random.Generator,
     source_fp: str,
+    field: str = "split.eval",
 ) -> EvalManifest:
     n_open = round(len(classes) * p.open_set_fraction)
     open_cls = set(classes[:n_open])
@@ -146,7 +150,7 @@ def _eval_set(
             (query if k < n_query else gallery).append(len(items))
             items.append(item)
             labels.append(c)
-    pairs = _pairs(labels, p.pairs, rng)
+    pairs = _pairs(labels, p.pairs, rng, f"{field}.pairs")
     body = {
         "source_fingerprint": source_fp,
         "items": items,
@@ -159,8 +163,11 @@ def _eval_set(
     return _fingerprinted(EvalManifest, body)  # type: ignore[return-value]
 
 
-def _pairs(labels: list[str], count: int, rng: np.random.Generator) -> list[tuple[int, int, bool]]:
-    """Balanced verification pairs, distinct, sampled with a seeded RNG."""
+def _pairs(
+    labels: list[str], count: int, rng: np.random.Generator, field: str = "split.eval.pairs"
+) -> list[tuple[int, int, bool]]:
+    """Balanced verification pairs, distinct, sampled with a seeded RNG; ``count`` must fit in
+    the distinct pairs the items allow (else BadInputError naming ``field``)."""
     by_class: dict[str, list[int]] = defaultdict(list)
     for i, c in enumerate(labels):
         by_class[c].append(i)
@@ -169,7 +176,18 @@ def _pairs(labels: list[str], count: int, rng: np.random.Generator) -> list[tupl
     n_pos = min(count // 2, n_pos_max)
     n_neg = count - n_pos
     if not multi or len(by_class) < 2:
-        raise ValueError("verification pairs need a class with 2 items and at least 2 classes")
+        raise BadInputError(
+            f"{field}: verification pairs need a class with 2 items and at least 2 classes"
+        )
+    n_all = len(labels) * (len(labels) - 1) // 2
+    # Sampling by rejection: asking for (nearly) every distinct pair would draw without end.
+    limit = (n_all - n_pos_max) // 2 + n_pos
+    if n_neg > (n_all - n_pos_max) // 2:
+        raise BadInputError(
+            f"{field}: {count} pairs are more than {limit} the {len(labels)} evaluation items "
+            f"allow ({n_pos} same-class, at most half of the {n_all - n_pos_max} different-class "
+            "pairs); lower it or hold out more classes"
+        )
     out: set[tuple[int, int, bool]] = set()
     n = len(labels)
     tries = 0
@@ -218,6 +236,7 @@ def build_validation(source: Source, params: SplitParams) -> EvalManifest | None
         params.validation,
         np.random.default_rng([params.seed, 0x7A1]),
         source.fingerprint,
+        "split.validation",
     )
 
 

@@ -62,6 +62,11 @@ def resolve_device(device: str | None = None) -> str:
 
         if not torch.cuda.is_available():
             raise UsageError(f"device {device!r}: CUDA is not available on this machine")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise UsageError(
+                f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
         return device
     raise UsageError(f"device {device!r}: expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
 

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compat.names import Name
+
 
 def _protocol_names() -> list[str]:
     """The protocol catalog's names (:data:`compat.evaluate.protocols.PROTOCOLS`), imported
@@ -37,12 +39,12 @@ def __getattr__(name: str) -> Any:
 class EvaluateConfig(BaseModel):
     """Parameters of the ``evaluate`` stage; an unknown key is an error, not a silent default."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    chain: list[str] = Field(
+    chain: list[Name] = Field(
         min_length=1, description="versions in deployment order; M[q][g] for g at or before q"
     )
-    paragon: dict[str, str] = Field(
+    paragon: dict[Name, Name] = Field(
         default_factory=dict,
         description="version -> its paragon (new* trained without compatibility, self-tested)",
     )
@@ -54,7 +56,11 @@ class EvaluateConfig(BaseModel):
     strict_ac: bool = Field(True, description="AC counts M[i][j] > M[j][j] (False: >=)")
     batch_size: int = Field(512, ge=1, description="images per forward pass when embedding")
     chunk_size: int | None = Field(None, ge=1, description="queries per score chunk (auto)")
-    device: str | None = Field(None, description="cpu, cuda, cuda:N; default: CUDA if present")
+    device: str | None = Field(
+        None,
+        pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
+        description="cpu, cuda, cuda:N or auto; default: CUDA if present",
+    )
     top_k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1)
     map_k: int = Field(100, ge=1)
     gallery: Literal["instance", "template"] = Field(
@@ -65,7 +71,7 @@ class EvaluateConfig(BaseModel):
     far: list[float] = Field(default_factory=lambda: [0.1, 0.01, 0.001], min_length=1)
     fpir: list[float] = Field(default_factory=lambda: [0.1, 0.01], min_length=1)
     cmc_ranks: int = Field(20, ge=1, description="ranks in the CMC plot data")
-    forward: dict[str, str] = Field(
+    forward: dict[Name, str] = Field(
         default_factory=dict,
         description="version -> folder of its upgrade module psi (e.g. models/v2/upgrade): "
         "also report M(new, psi(old)) and the partial-backfill curve (compat.evaluate.forward)",

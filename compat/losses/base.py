@@ -36,7 +36,7 @@ from compat.models.parent import FrozenParent
 class MethodParams(BaseModel):
     """Base of every method's params: unknown keys are errors, not silent defaults."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass

@@ -174,8 +174,8 @@ class UpgradeRefusal(BaseModel):
 
     reason: str
     metric: str  # the held-out retrieval metric compared, e.g. "top1"
-    psi: float  # its value with the gallery upgraded by the fitted psi
-    backward: float  # its value with the old gallery as it is (no upgrade)
+    psi: float | None = None  # its value with the gallery upgraded by the fitted psi
+    backward: float | None = None  # with the old gallery as it is (None: nothing held out)
 
 
 class UpgradeCard(_Card):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from compat.errors import (
     InfrastructureError,
     NotFoundError,
 )
+from compat.names import name_problem
 
 TAG_PREFIX = "compat."
 VERSION_TAG = "compat.version"
@@ -40,9 +40,6 @@ DEFAULT_MODEL = "compat"
 EXPERIMENT = "compat"
 # The PostgreSQL database of a shared mlflow server's backend store (its --backend-store-uri).
 DATABASE_ENV = "COMPAT_REGISTRY_DATABASE"
-# A version name: a letter or digit, then letters, digits, '.', '_' or '-'; never '..', never a
-# path separator, never 'none' (``--against none`` means "production is unset").
-VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Write conflicts from a shared server (concurrent tag upserts hit a unique violation) are
 # retried this many times with exponential backoff, then reported as a conflict (exit 6).
 CONFLICT_RETRIES = 6
@@ -50,12 +47,10 @@ CONFLICT_MARKERS = ("unique violation", "uniqueviolation", "duplicate key value"
 
 
 def check_version_name(name: str) -> str:
-    """``name`` if it is a valid version name, else BadInputError (exit 4)."""
-    if not VERSION_NAME.fullmatch(name) or ".." in name or name.lower() == "none":
-        raise BadInputError(
-            f"version name {name!r}: use letters, digits, '.', '_' or '-' (at most 64, no "
-            "'..', no path separators, not 'none')"
-        )
+    """``name`` if it is a valid version name (:mod:`compat.names`), else BadInputError (exit 4)."""
+    problem = name_problem(name)
+    if problem:
+        raise BadInputError(f"version {problem}")
     return name
 
 

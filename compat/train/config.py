@@ -19,11 +19,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from compat.names import Name
+
 
 class AugmentConfig(BaseModel):
     """Batched augmentation of uint8 images, done on the training device."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     shift: int = Field(2, ge=0, description="random translation of up to +-shift px per axis")
     pad_mode: Literal["edge", "zero"] = Field(
@@ -35,7 +37,7 @@ class AugmentConfig(BaseModel):
 class TrainConfig(BaseModel):
     """How to train one version. Unknown keys are errors (a typo must not become a default)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # model
     backbone: str = "small-cnn"
@@ -49,7 +51,8 @@ class TrainConfig(BaseModel):
         "(BatchNorm then a bias-free linear map, the d-Simplex paper's fc1; see "
         "compat.models.embedding)",
     )
-    dim: int = Field(128, ge=1)
+    # Bounded before anything is allocated: a dim of 10**12 would ask torch for petabytes.
+    dim: int = Field(128, ge=1, le=65536)
     head: str = "cosface"
     s: float = Field(16.0, gt=0, description="scale of the normalised heads")
     m: float = Field(0.2, ge=0, description="margin (cosface, arcface, dsimplex margin form)")
@@ -65,7 +68,7 @@ class TrainConfig(BaseModel):
     method_params: dict[str, Any] = Field(
         default_factory=dict, description="validated by the method's own params model"
     )
-    parent: str | None = None
+    parent: Name | None = None
     init: Literal["auto", "scratch", "parent"] = Field(
         "auto",
         description="parent: fine-tune, starting from the parent's weights (backbone and "
@@ -84,14 +87,14 @@ class TrainConfig(BaseModel):
     )
 
     # data
-    split: str | None = Field(
+    split: Name | None = Field(
         None, description="train manifest splits/<split>.json; default: the version's name"
     )
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
 
     # optimisation
-    epochs: int = Field(6, ge=1)
-    batch_size: int = Field(128, ge=2)
+    epochs: int = Field(6, ge=1, le=100_000)
+    batch_size: int = Field(128, ge=2, le=1_000_000)
     optimizer: Literal["adamw", "sgd"] = "adamw"
     lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.05, ge=0)
@@ -116,8 +119,10 @@ class TrainConfig(BaseModel):
     )
     channels_last: bool = Field(True, description="channels-last memory format (faster convs)")
     deterministic: bool = Field(True, description="deterministic algorithms on the CPU")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
-    embed_batch_size: int = Field(512, ge=1)
+    threads: int | None = Field(
+        None, ge=1, le=4096, description="torch CPU threads (default: torch's)"
+    )
+    embed_batch_size: int = Field(512, ge=1, le=1_000_000)
     checkpoint: bool = Field(True, description="checkpoint every epoch and resume from it")
 
     @model_validator(mode="after")

@@ -332,6 +332,15 @@ class _Run:
                 reporter.update(i + 1, running, (i + 1) * cfg.batch_size / max(now - t0, 1e-9))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        # Checked once an epoch (a per-step check would sync the device every step): a NaN or
+        # inf term has already reached the weights, so the run stops before they are saved.
+        bad = [k for k, v in sums.items() if not bool(torch.isfinite(v).all())]
+        if bad:
+            term = next((k for k in bad if k != "loss"), "loss")
+            raise BadInputError(
+                f"train: epoch {epoch}: loss term {term!r} is not finite (NaN or inf); nothing "
+                "of this epoch is saved: check the method's params and the learning rate"
+            )
         seconds = time.perf_counter() - t0
         self.elapsed += seconds
         row = _epoch_row(epoch, sums, self.steps_per_epoch, lr, seconds, cfg.batch_size, info)

@@ -28,6 +28,7 @@ import torch
 from compat.errors import BadInputError, NotFoundError
 from compat.io import fingerprint
 from compat.models.card import ModelCard, read_model_card
+from compat.names import inside, name_problem
 from compat.train.config import TrainConfig
 from compat.train.init import check_init, resolve_init
 
@@ -117,6 +118,13 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
     """Validate names, method params and the parent; raise before any data or weights load."""
     from compat.losses import create_loss
 
+    problem = name_problem(version)
+    if problem:
+        raise BadInputError(f"train.{version}: {problem}")
+    try:
+        inside(models_dir / version, models_dir)
+    except ValueError as err:  # models/<version> a symlink out of the project
+        raise BadInputError(f"train.{version}: output folder {err}") from None
     _check_names(cfg)
     loss = create_loss(cfg.method, cfg.method_params)
     parent_card, parent_dir = None, None

@@ -300,6 +300,11 @@ def fit_upgrade(
                 total += float(loss.detach()) * len(idx)
                 seen += len(idx)
                 rep.update(step + 1, {"loss": total / seen}, seen / (time.perf_counter() - t0))
+            if not math.isfinite(total):  # NaN or inf: psi's weights are already lost
+                raise BadInputError(
+                    f"upgrade: epoch {epoch + 1}: loss {cfg.loss!r} is not finite (NaN or inf); "
+                    "nothing is saved: check lr and the embeddings psi is fitted on"
+                )
             secs = time.perf_counter() - t0
             row: dict[str, Any] = {
                 "epoch": epoch + 1,
@@ -349,7 +354,18 @@ def fit_upgrade(
             )
             summary["val_top1_gain_lower_bound"] = lower
             summary["val_queries"] = len(psi_hits)
-        if cfg.refuse and backward is not None and top1 is not None and lower <= cfg.min_gain:
+        if cfg.refuse and (backward is None or top1 is None):
+            # Nothing held out to check psi on: an unchecked psi is not kept.
+            refused = UpgradeRefusal(
+                reason=(
+                    f"no held-out pairs to check psi on (val_fraction {cfg.val_fraction:g} of "
+                    f"{len(o)} pairs held out {n_val}); psi is the identity (no upgrade)"
+                ),
+                metric="top1",
+            )
+            torch.manual_seed(seed)
+            psi = UpgradeModule(o.shape[1], t.shape[1], cfg.hidden, cfg.blocks, True).eval()
+        elif cfg.refuse and lower <= cfg.min_gain:
             refused = UpgradeRefusal(
                 reason=(
                     f"held-out top-1 {top1:.4f} with psi against {backward:.4f} without it: the "

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from compat.names import Name
 
 
 class UpgradeConfig(BaseModel):
     """How to fit psi for one version; an unknown key is an error, not a silent default."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
 
-    from_: str | None = Field(
+    from_: Name | None = Field(
         None,
         alias="from",
         description="the version whose galleries psi upgrades; default: the version's parent",
@@ -90,6 +92,16 @@ class UpgradeConfig(BaseModel):
         "at this level is above min_gain (0.5: the gain itself)",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @model_validator(mode="after")
+    def _checkable(self) -> UpgradeConfig:
+        if self.refuse and self.val_fraction == 0:
+            raise ValueError(
+                "val_fraction: 0 holds nothing out, so psi could never be checked; use a share "
+                "above 0 (default 0.2), or refuse: false to keep an unchecked psi"
+            )
+        return self
+
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     embed_batch_size: int = Field(512, ge=1, description="images per forward when embedding")
 

@@ -132,3 +132,18 @@ def test_too_many_eval_classes(tiny_source):
 def test_duplicate_training_set_names():
     with pytest.raises(ValueError, match="used twice"):
         SplitParams(scenarios=[TwoVersion(kind="open-class"), TwoVersion(kind="open-data")])
+
+
+def test_more_pairs_than_the_items_allow_is_refused_naming_the_field():
+    """issue 30: split.eval.pairs beyond what the evaluation items allow ran until killed."""
+    import numpy as np
+    import pytest
+
+    from compat.data.split import _pairs
+    from compat.errors import BadInputError
+
+    labels = ["a"] * 3 + ["b"] * 3  # 15 pairs: 6 same-class, 9 different-class
+    got = _pairs(labels, 8, np.random.default_rng(0))
+    assert len(got) == 8 and sum(same for *_, same in got) == 4
+    with pytest.raises(BadInputError, match=r"^split.validation.pairs: 100 pairs are more than"):
+        _pairs(labels, 100, np.random.default_rng(0), "split.validation.pairs")

@@ -174,3 +174,20 @@ def test_rejects_bad_arrays(data):
         fit(model, head, loss, images.astype(np.float32), np.zeros(len(images)), cfg)
     with pytest.raises(BadInputError, match="larger than the training set"):
         fit(model, head, loss, images[:4], np.zeros(4), cfg)
+
+
+def test_a_non_finite_loss_stops_training_naming_the_term_and_epoch(tmp_path, data):
+    """issue 30: a loss gone NaN or inf is exit 4 naming the term and the epoch, and nothing of
+    that run is saved as a version (its weights are already lost)."""
+    from compat.errors import BadInputError
+
+    images, labels, _ = data
+    # sgd at lr 1e30 without momentum: the first steps blow the weights up to inf and NaN
+    cfg = TrainConfig(**{**BASE, "optimizer": "sgd", "momentum": 0.0, "lr": 1e30, "warmup": 0.0,
+                         "schedule": "step", "step_milestones": [0.99]})  # fmt: skip
+    with pytest.raises(
+        BadInputError, match=r"^train: epoch [0-9]+: loss term '(head|loss)' is not finite"
+    ):
+        train_arrays("v9", cfg, images, labels, info(labels, "v9"), models_dir=tmp_path / "m",
+                     checkpoint_dir=tmp_path / "ckpt", quiet=True)  # fmt: skip
+    assert not (tmp_path / "m" / "v9" / "weights.safetensors").exists()

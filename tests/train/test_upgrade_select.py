@@ -199,3 +199,20 @@ def test_labels_must_pair_with_rows():
     _, old, labels = _clustered()
     with pytest.raises(BadInputError, match="labels"):
         _fit(old, old, labels[:-1])
+
+
+def test_a_psi_that_nothing_held_out_can_check_is_not_kept():
+    """issue 30: val_fraction 0 is refused at validation (psi could never be checked), and a
+    share too small to hold out one class refuses the psi with that reason."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="val_fraction: 0 holds nothing out"):
+        UpgradeConfig(val_fraction=0)
+    assert UpgradeConfig(val_fraction=0, refuse=False).val_fraction == 0  # asked for, unchecked
+    rng, old, labels = _clustered(seed=2)
+    q, _ = np.linalg.qr(rng.standard_normal((8, 8)))
+    new = unit(old @ q + 0.1 * rng.standard_normal(old.shape))
+    fit = _fit(old, new, labels, val_fraction=0.001)  # 0.1% of 96 rows: none held out
+    assert fit.refused is not None and "no held-out pairs to check psi on" in fit.refused.reason
+    assert fit.refused.psi is None and fit.refused.backward is None
+    np.testing.assert_allclose(upgrade_array(fit.psi, old), old, atol=1e-6)

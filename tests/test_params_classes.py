@@ -1,0 +1,109 @@
+"""Whole classes of bad params, not only the cases in tests/test_bad_input.py (issue 30): every
+float field of every params and contract model refuses NaN and infinities, and every field
+that holds a name which becomes a path refuses ``..`` and path separators."""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from compat.contracts.schema import Contract, Criterion, Rollback
+from compat.data.config import EmbeddedData, FolderData, ManifestData
+from compat.data.render import Distortion
+from compat.data.scenarios import Chain, Incremental, TwoVersion
+from compat.data.split import EvalSplit, SplitParams
+from compat.evaluate.config import EvaluateConfig
+from compat.losses import LOSSES
+from compat.names import Name
+from compat.train.config import AugmentConfig, TrainConfig
+from compat.train.upgrade_config import UpgradeConfig
+
+# Each model with the smallest valid input it accepts.
+MODELS: list[tuple[type[BaseModel], dict]] = [
+    (EmbeddedData, {}),
+    (FolderData, {"kind": "folder", "root": "x"}),
+    (ManifestData, {"kind": "manifest", "manifest": "x.csv"}),
+    (Distortion, {}),
+    (EvalSplit, {}),
+    (SplitParams, {}),
+    (TwoVersion, {"kind": "open-class"}),
+    (Chain, {"kind": "chain"}),
+    (Incremental, {"kind": "incremental"}),
+    (TrainConfig, {}),
+    (AugmentConfig, {}),
+    (UpgradeConfig, {}),
+    (EvaluateConfig, {"chain": ["v1"]}),
+    (Criterion, {"protocol": "identification", "metric": "top1"}),
+    (Rollback, {}),
+    (Contract, {"version": "v1", "embedding_dim": 8, "head": "cosface"}),
+]
+MODELS += [(LOSSES.get(name).Params, {}) for name in LOSSES.names()]
+
+
+def _has(annotation: object, target: object) -> bool:
+    """Whether ``target`` appears anywhere in a (possibly nested) annotation."""
+    if annotation is target:
+        return True
+    return any(_has(a, target) for a in typing.get_args(annotation))
+
+
+NAME_CHECK = typing.get_args(Name)[1]  # the AfterValidator of compat.names.Name
+
+
+def _is_name(info: object) -> bool:
+    """A field typed Name, Name | None or list[Name] (pydantic keeps Name's validator either
+    in the field's metadata or inside its annotation)."""
+    return NAME_CHECK in getattr(info, "metadata", []) or _has(info.annotation, Name)
+
+
+def _fields(pick: typing.Callable[[object], bool]) -> list[tuple[type[BaseModel], dict, str]]:
+    out = []
+    for model, base in MODELS:
+        for name, info in model.model_fields.items():
+            if pick(info) and typing.get_origin(info.annotation) is not dict:
+                out.append((model, base, info.alias or name))
+    return out
+
+
+FLOATS = _fields(lambda info: _has(info.annotation, float))
+NAMES = _fields(_is_name)
+
+
+def test_the_classes_are_not_empty():
+    assert len(FLOATS) >= 30 and len(NAMES) >= 8
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("model,base,field", FLOATS, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_every_float_param_refuses_non_finite_values(model, base, field, value):
+    with pytest.raises(ValidationError) as err:
+        model.model_validate({**base, field: value})
+    assert any(e["loc"][:1] == (field,) for e in err.value.errors()), err.value
+
+
+@pytest.mark.parametrize("bad", ["../escaped", "a/b", "..", "none"])
+@pytest.mark.parametrize("model,base,field", NAMES, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_every_name_param_refuses_a_path(model, base, field, bad):
+    annotation = model.model_fields[
+        next(k for k, v in model.model_fields.items() if (v.alias or k) == field)
+    ].annotation
+    value = [bad] if typing.get_origin(annotation) is list else bad
+    with pytest.raises(ValidationError):
+        model.model_validate({**base, field: value})
+
+
+@pytest.mark.parametrize(
+    "model,base,field,key",
+    [
+        (Chain, {"kind": "chain"}, "fractions", "../v1"),
+        (EvaluateConfig, {"chain": ["v1"]}, "paragon", "../p"),
+        (EvaluateConfig, {"chain": ["v1"]}, "forward", "../v2"),
+    ],
+)
+def test_every_name_keyed_mapping_refuses_a_path(model, base, field, key):
+    value = {key: 1.0} if field == "fractions" else {key: "x"}
+    with pytest.raises(ValidationError):
+        model.model_validate({**base, field: value})
