@@ -247,6 +247,31 @@ def flat_metrics(report: Mapping[str, Any], protocol: str) -> dict[str, Any]:
     return out
 
 
+HEADLINE = "headline.json"
+HEADLINE_PROTOCOL, HEADLINE_METRIC = "identification", "top1"
+
+
+def headline_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``metrics/headline.json`` holds, small enough for ``dvc metrics show`` to fit a
+    terminal: per version of the chain its self test (``self``), its cross test on every older
+    version's gallery (``on_<old>``, the criterion's cell) and its update gain there
+    (``gain_<old>``), identification top-1. The full matrices stay in ``metrics/<protocol>.json``
+    and ``metrics/compat.json``."""
+    matrix = report["matrix"].get(HEADLINE_PROTOCOL, {}).get(HEADLINE_METRIC, {})
+    gains = report["gain"].get(HEADLINE_PROTOCOL, {}).get(HEADLINE_METRIC, {})
+    out: dict[str, Any] = {}
+    chain = list(report["chain"])
+    for i, q in enumerate(chain):
+        row: dict[str, Any] = {"self": matrix.get(q, {}).get(q)}
+        for g in chain[:i]:
+            row[f"on_{g}"] = matrix.get(q, {}).get(g)
+            gain = gains.get(q, {}).get(g)
+            if gain is not None:
+                row[f"gain_{g}"] = gain["value"]
+        out[q] = row
+    return out
+
+
 def _cell_file(cell: str) -> str:
     q, g = cell.split("/", 1)
     return f"{q}_on_{g}.json"
@@ -261,8 +286,9 @@ def write_report(
 ) -> list[Path]:
     """Write the metrics, plot data and (``images``) PNGs; return the paths written."""
     mdir, pdir = Path(metrics_dir), Path(plots_dir)
-    written = [mdir / "compat.json"]
+    written = [mdir / "compat.json", mdir / HEADLINE]
     write_json(written[0], report)
+    write_json(written[1], headline_metrics(report))
     for protocol in report["protocols"]:
         path = mdir / f"{protocol}.json"
         write_json(path, flat_metrics(report, protocol))
@@ -285,6 +311,7 @@ __all__ = [
     "evaluate_chain",
     "evaluation_cells",
     "flat_metrics",
+    "headline_metrics",
     "plot_images",
     "write_report",
 ]

@@ -362,7 +362,10 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
             # One embedding cache per method, not declared as an output (DVC forbids two stages
             # one output): its entries are keyed by weights and data (compat.embeddings.cache),
             # so a method's instance and template evaluations embed each version once.
-            "outs": [{"metrics/${key}/compat.json": {"cache": False}}],
+            "outs": [
+                {"metrics/${key}/compat.json": {"cache": False}},
+                {"metrics/${key}/headline.json": {"cache": False}},
+            ],
             "metrics": [{f"metrics/${{key}}/{p}.json": {"cache": False}} for p in protocols],
             "plots": [
                 *[{f"plots/${{key}}/heatmap_{p}.png": {"cache": False}} for p in protocols],
