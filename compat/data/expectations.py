@@ -233,7 +233,10 @@ def _frames_and_checks(
     source_items = Counter(item.label for item in source.items)
     # The pool build_split draws from: every non-evaluation, non-validation class, up to
     # train_classes.
-    held = params.eval.classes + (params.validation.classes if params.validation else 0)
+    n = len(source_items)
+    held = params.eval.class_count(n) + (
+        params.validation.class_count(n) if params.validation else 0
+    )
     pool_classes = len(source_items) - held
     if params.train_classes is not None:
         pool_classes = min(pool_classes, params.train_classes)

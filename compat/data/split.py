@@ -21,9 +21,10 @@ import json
 import os
 from collections import defaultdict
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from compat.config import validation_problems
 from compat.data.scenarios import Chain, Scenario
@@ -32,12 +33,18 @@ from compat.errors import BadInputError, NotFoundError
 from compat.io import fingerprint, write_json
 
 VALIDATION = "validation"  # splits/validation.json
+MAX_PAIRS = 10_000_000
+AUTO_PAIRS = 6000
 
 
 class EvalSplit(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    classes: int = Field(1000, ge=2, description="classes held out for evaluation")
+    classes: int | float = Field(
+        1000,
+        description="classes held out: a number (at least 2), or a share of the source's classes "
+        "in (0, 1) that scales with the source (0.5: half of them)",
+    )
     query_fraction: float = Field(
         0.5, gt=0.0, lt=1.0, description="share of a class's items in the query set"
     )
@@ -45,9 +52,35 @@ class EvalSplit(BaseModel):
         0.1, ge=0.0, lt=1.0, description="share of evaluation classes with no gallery item"
     )
     # At most 10M pairs: each is held in memory by the split and scored by every cell.
-    pairs: int = Field(
-        6000, ge=2, le=10_000_000, description="verification pairs, half of them same-class"
+    pairs: int | Literal["auto"] = Field(
+        6000,
+        description="verification pairs, half of them same-class; auto: 6,000, or as many as "
+        "the held-out items allow when they allow fewer",
     )
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, v: int | float) -> int | float:
+        if isinstance(v, float) and not v.is_integer():
+            if not 0 < v < 1:
+                raise ValueError("a share of the classes must lie in (0, 1)")
+            return v
+        if v < 2:
+            raise ValueError("at least 2 classes (or a share in (0, 1))")
+        return int(v)
+
+    @field_validator("pairs")
+    @classmethod
+    def _pair_count(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 2 <= v <= MAX_PAIRS:
+            raise ValueError(f"between 2 and {MAX_PAIRS:,} pairs (or auto)")
+        return v
+
+    def class_count(self, n_classes: int) -> int:
+        """How many classes this set holds out of a source of ``n_classes``."""
+        if isinstance(self.classes, float):
+            return max(2, round(self.classes * n_classes))
+        return self.classes
 
 
 class SplitParams(BaseModel):
@@ -150,7 +183,7 @@ def _eval_set(
             (query if k < n_query else gallery).append(len(items))
             items.append(item)
             labels.append(c)
-    pairs = _pairs(labels, p.pairs, rng, f"{field}.pairs")
+    pairs = _pairs(labels, p.pairs, rng, f"{field}.pairs")  # "auto": as many as fit
     body = {
         "source_fingerprint": source_fp,
         "items": items,
@@ -164,7 +197,7 @@ def _eval_set(
 
 
 def _pairs(
-    labels: list[str], count: int, rng: np.random.Generator, field: str = "split.eval.pairs"
+    labels: list[str], count: int | str, rng: np.random.Generator, field: str = "split.eval.pairs"
 ) -> list[tuple[int, int, bool]]:
     """Balanced verification pairs, distinct, sampled with a seeded RNG; ``count`` must fit in
     the distinct pairs the items allow (else BadInputError naming ``field``)."""
@@ -173,6 +206,10 @@ def _pairs(
         by_class[c].append(i)
     multi = [v for v in by_class.values() if len(v) >= 2]
     n_pos_max = sum(len(v) * (len(v) - 1) // 2 for v in multi)
+    if count == "auto":
+        n_neg_max = (len(labels) * (len(labels) - 1) // 2 - n_pos_max) // 2
+        count = min(AUTO_PAIRS, 2 * min(n_pos_max, n_neg_max)) if multi else AUTO_PAIRS
+    assert isinstance(count, int)
     n_pos = min(count // 2, n_pos_max)
     n_neg = count - n_pos
     if not multi or len(by_class) < 2:
@@ -212,14 +249,18 @@ def _class_order(
     rng = np.random.default_rng([params.seed, 0x5E])
     names = sorted(by_class)
     order = [names[i] for i in rng.permutation(len(names))]
-    n_eval = params.eval.classes
-    n_val = params.validation.classes if params.validation is not None else 0
+    n_eval = params.eval.class_count(len(order))
+    n_val = params.validation.class_count(len(order)) if params.validation is not None else 0
     if len(order) < n_eval + n_val + 2:
-        field = "split.validation.classes" if n_val else "split.eval.classes"
-        held = f"{n_eval} evaluation and {n_val} validation" if n_val else f"{n_eval} evaluation"
+        # One message naming every key to change, with sizes that fit this source.
+        keys = [f"split.eval.classes ({params.eval.classes} -> {n_eval})"]
+        if n_val:
+            keys.append(f"split.validation.classes ({params.validation.classes} -> {n_val})")  # type: ignore[union-attr]
+        room = len(order) - 2
         raise BadInputError(
-            f"{field}: {held} classes leave fewer than 2 training classes "
-            f"(the source has {len(order)})"
+            f"{' and '.join(keys)}: {n_eval + n_val} held-out classes leave fewer than 2 "
+            f"training classes (the source has {len(order)}); hold out at most {room} in all, "
+            "e.g. split.eval.classes: 0.5 (a share of the source's classes)"
         )
     return order[:n_eval], order[n_eval : n_eval + n_val], order[n_eval + n_val :]
 

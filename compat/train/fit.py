@@ -12,6 +12,7 @@ its last per-epoch checkpoint ends with bit-identical weights.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,10 +152,17 @@ def fit(
     targets_t = torch.as_tensor(targets, dtype=torch.long)
     if len(targets_t) != len(images_t):
         raise BadInputError(f"{len(images_t)} images but {len(targets_t)} targets")
+    if len(images_t) < 2:
+        raise BadInputError(f"a training set of {len(images_t)} image(s) is too small to train on")
     if len(images_t) < cfg.batch_size:
-        raise BadInputError(
-            f"batch_size {cfg.batch_size} is larger than the training set ({len(images_t)} images)"
+        # A small own-image set with the default batch size: train on whole-set batches (with
+        # drop_last a larger batch would give no step at all), and say so on stderr.
+        print(
+            f"train: batch_size {cfg.batch_size} is larger than the training set "
+            f"({len(images_t)} images): using batches of {len(images_t)}",
+            file=sys.stderr,
         )
+        cfg = cfg.model_copy(update={"batch_size": len(images_t)})
     info = init_distributed(use_cuda=resolve_device(cfg.device).type == "cuda")
     try:
         run = _Run(

@@ -297,9 +297,10 @@ def test_an_expectation_that_cannot_run_is_an_error_not_a_data_failure():
 
 
 def test_training_set_names_that_look_like_frame_names(tiny_source):
-    # A training set may be called like the evaluation frames or like another set's class frame.
+    # A training set may be called like the evaluation frames or like another set's class frame
+    # (as far as names that become paths allow: no spaces, so "v2 classes" itself cannot be one).
     params = SplitParams(
-        eval=EVAL, scenarios=[Chain(kind="chain", fractions={"eval-pairs": 0.5, "v2 classes": 1.0})]
+        eval=EVAL, scenarios=[Chain(kind="chain", fractions={"eval-pairs": 0.5, "v2-classes": 1.0})]
     )
     manifests, ev = build_split(tiny_source, params)
     validate_split(tiny_source, params, manifests, ev)

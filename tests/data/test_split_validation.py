@@ -66,7 +66,13 @@ def test_validation_is_written_and_loads_like_the_evaluation_set(tiny_source, tm
 
 
 def test_too_many_held_out_classes_name_the_validation_field(tiny_source):
-    with pytest.raises(BadInputError, match=r"split\.validation\.classes: 12 evaluation and 27"):
+    # one message naming both keys and what fits
+    with pytest.raises(
+        BadInputError,
+        match=r"^split\.eval\.classes \(12 -> 12\) and split\.validation\.classes \(27 -> 27\): "
+        r"39 held-out classes leave fewer than 2 training classes \(the source has 40\); "
+        r"hold out at most 38",
+    ):
         build_split(tiny_source, _params(validation=27))
     with pytest.raises(ValueError, match="'validation' is reserved"):
         SplitParams(scenarios=[Chain(kind="chain", fractions={"validation": 1.0})])

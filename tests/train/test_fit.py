@@ -172,8 +172,21 @@ def test_rejects_bad_arrays(data):
 
     with pytest.raises(BadInputError, match="uint8"):
         fit(model, head, loss, images.astype(np.float32), np.zeros(len(images)), cfg)
-    with pytest.raises(BadInputError, match="larger than the training set"):
-        fit(model, head, loss, images[:4], np.zeros(4), cfg)
+    with pytest.raises(BadInputError, match="too small to train on"):
+        fit(model, head, loss, images[:1], np.zeros(1), cfg)
+
+
+def test_a_batch_larger_than_the_training_set_trains_on_whole_set_batches(data, capsys):
+    images, _, _ = data
+    model = build_embedding_model("tiny", 8, in_channels=1, image_size=8)
+    head = create_head("cosface", 8, 6)
+    result = fit(model, head, create_loss("independent"), images[:10],
+                 np.arange(10) % 6, TrainConfig(**{**BASE, "batch_size": 128, "epochs": 1}))  # fmt: skip
+    assert (
+        "batch_size 128 is larger than the training set (10 images): using batches of 10"
+        in capsys.readouterr().err
+    )
+    assert len(result.metrics) == 1 and result.metrics[0]["loss"] > 0  # one step was taken
 
 
 def test_a_non_finite_loss_stops_training_naming_the_term_and_epoch(tmp_path, data):
