@@ -97,18 +97,14 @@ def score(
             from compat.embeddings.ann import parse_index
 
             spec = parse_index(index, index_param)  # unknown name or key: exit 2
-        flat, notes, counts = _score(
+        flat, notes, counts, groups = _score(
             query, gallery, protocol or None, normalize, max_pairs, seed, device,
             dim_mismatch.value if dim_mismatch is not None else None, spec, recall_k,
         )  # fmt: skip
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         if as_json:
-            payload = {
-                k: (v if not isinstance(v, float) or math.isfinite(v) else None)
-                for k, v in flat.items()
-            }
-            sys.stdout.write(json.dumps(payload) + "\n")
+            sys.stdout.write(json.dumps(_grouped(flat, groups, notes, query, gallery)) + "\n")
         else:
             _print_table(flat, counts, query, gallery)
             if spec is not None:
@@ -118,6 +114,32 @@ def score(
                     f"{flat['index.queries_per_second']:,.0f} queries/s "
                     f"(exact {flat['index.exact_queries_per_second']:,.0f})"
                 )
+
+
+def _finite(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _grouped(flat: dict, groups: dict, notes: list[str], query: Path, gallery: Path) -> dict:
+    """``--json``: ``{query, gallery, protocols: {name: {metrics, counts}}, index, notes}``
+    (undefined values are null)."""
+    protocols = {
+        name: {"metrics": {k: _finite(v) for k, v in g["metrics"].items()}, "counts": g["counts"]}
+        for name, g in groups.items()
+    }
+    index = {
+        k.removeprefix("index."): _finite(v) for k, v in flat.items() if k.startswith("index.")
+    }
+    return {
+        "query": str(query),
+        "gallery": str(gallery),
+        "protocols": protocols,
+        "index": index or None,
+        "notes": notes,
+    }
+
+
+EXACT_IS_BETTER = 10_000  # rows: below this an exact scan is cheap (docs/findings.md, Search)
 
 
 def _score(
@@ -131,7 +153,7 @@ def _score(
     dim_mismatch: str | None = None,
     spec=None,
     recall_k: int = 10,
-) -> tuple[dict, list[str], dict[str, dict[str, int]]]:
+) -> tuple[dict, list[str], dict[str, dict[str, int]], dict[str, dict]]:
     import numpy as np
 
     from compat.embeddings.formats import load_gallery
@@ -167,12 +189,16 @@ def _score(
     results = evaluate_sets(built, q_emb, q.labels, g_emb, g.labels, exclude=exclude, device=device)
     flat: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
+    groups: dict[str, dict] = {}
     notes: list[str] = []
     for name, result in results.items():
         flat.update(result.metrics)
         counts[name] = result.counts
+        groups[name] = {"metrics": dict(result.metrics), "counts": result.counts}
     if spec is not None:
-        flat.update(_index_recall(spec, q_emb, g_emb, recall_k, device))
+        measured, index_notes = _index_recall(spec, q_emb, g_emb, recall_k, device)
+        flat.update(measured)
+        notes += index_notes
     if "identification" in counts and counts["identification"]["valid_queries"] == 0:
         notes.append("identification undefined: no query label occurs in the gallery")
     if "open-set" in counts:
@@ -185,10 +211,10 @@ def _score(
         c = counts["verification"]
         if c["genuine_pairs"] == 0 or c["impostor_pairs"] == 0:
             notes.append("verification undefined: needs both genuine and impostor pairs")
-    return flat, notes, counts
+    return flat, notes, counts, groups
 
 
-def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> dict:
+def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> tuple[dict, list[str]]:
     """recall@k of an approximate index against exact search, with its build and search rates."""
     import time
 
@@ -213,13 +239,20 @@ def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> dict:
     _, approx = index_search(index, q_emb, k)
     t3 = time.perf_counter()
     nq = max(1, q_emb.shape[0])
+    notes: list[str] = []
+    scanned = full.get("nprobe", 0) / max(1, full.get("nlist", 1))
+    if spec.kind in ("ivf", "ivfpq") and (scanned >= 0.5 or g_emb.shape[0] < EXACT_IS_BETTER):
+        notes.append(
+            f"--index {spec.kind} scans {scanned:.0%} of {g_emb.shape[0]:,} rows: exact search "
+            f"(without --index) is the better choice below ~{EXACT_IS_BETTER:,} rows"
+        )
     return {
         "index.spec": resolved(spec, *g_emb.shape).describe(),
         f"index.recall@{k}": recall_at_k(approx, exact),
         "index.build_seconds": t2 - t1,
         "index.queries_per_second": nq / max(t3 - t2, 1e-9),
         "index.exact_queries_per_second": nq / max(t1 - t0, 1e-9),
-    }
+    }, notes
 
 
 def _normalized(x, path: Path):

@@ -7,6 +7,8 @@ keys, so a cache entry made under another conversion is never reused.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -15,7 +17,11 @@ TRANSFORM_ID = "u8-nhwc/127.5-1"
 
 def to_tensor(images: np.ndarray | torch.Tensor) -> torch.Tensor:
     """uint8 (n, H, W, C) -> float32 (n, C, H, W) in [-1, 1]."""
-    t = torch.as_tensor(images)
+    with warnings.catch_warnings():
+        # A read-only array (a memory map, an MLflow input) is never written here: .float()
+        # below copies it, so torch's "not writable" warning would only be noise.
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        t = torch.as_tensor(images)
     if t.dtype != torch.uint8 or t.ndim != 4:
         raise ValueError(
             f"expected uint8 images of shape (n, H, W, C), got {t.dtype} {tuple(t.shape)}"

@@ -7,7 +7,7 @@ Built by name, with parameters as ``key=value`` strings (``compat score --index 
 name        faiss index (inner product)                        parameters (default)
 ==========  ================================================  ===============================
 ``flat``    ``IndexFlatIP``: exact, the reference              none
-``ivf``     ``IVF<nlist>,Flat``: scans ``nprobe`` of ``nlist``  ``nlist`` (4 sqrt(n)), ``nprobe`` (32),
+``ivf``     ``IVF<nlist>,Flat``: scans ``nprobe`` of ``nlist``  ``nlist`` (4 sqrt(n)), ``nprobe`` (nlist/4, <= 32),
             k-means cells (Jegou et al., TPAMI 2011, Sec. IV)  ``train`` (rows for k-means, 64 per cell)
 ``hnsw``    ``HNSW<M>,Flat``: a navigable small-world graph    ``M`` (32), ``ef_construction`` (80),
             (Malkov & Yashunin, TPAMI 2020)                    ``ef_search`` (128)
@@ -80,7 +80,9 @@ def resolved(spec: IndexSpec, n: int, d: int) -> IndexSpec:
     p = dict(spec.params)
     if spec.kind in ("ivf", "ivfpq"):
         p.setdefault("nlist", max(1, min(n // 39, int(4 * math.sqrt(n)))))
-        p.setdefault("nprobe", min(32, p["nlist"]))
+        # A quarter of the cells at most: nprobe = nlist would be a full scan reported as an
+        # approximate index (800 rows gave nlist 20, nprobe 20 before).
+        p.setdefault("nprobe", max(1, min(32, p["nlist"] // 4)))
         codes = 2 ** p.get("nbits", 8) if spec.kind == "ivfpq" else 0
         p.setdefault("train", min(n, max(64 * p["nlist"], 64 * codes)))
     if spec.kind == "ivfpq":

@@ -29,6 +29,16 @@ KEYS = [
 ]  # fmt: skip
 
 
+GROUPS = {
+    "identification": KEYS[:5], "open-set": KEYS[5:7], "verification": KEYS[7:],
+}  # fmt: skip
+
+
+def _metrics(data: dict) -> dict:
+    """Every protocol's metrics of a ``score --json`` object, in one mapping."""
+    return {k: v for g in data["protocols"].values() for k, v in g["metrics"].items()}
+
+
 def _save(path, **arrays):
     with open(path, "wb") as f:
         np.savez(f, **arrays)
@@ -57,9 +67,15 @@ def test_json_is_exactly_one_object_with_reference_keys(files):
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1
     data = json.loads(lines[0])
-    assert list(data) == KEYS
-    assert all(0.0 <= v <= 1.0 for v in data.values())
-    assert data["top10"] >= data["top5"] >= data["top1"] > 0.3
+    assert list(data) == ["query", "gallery", "protocols", "index", "notes"]
+    assert data["query"] == q and data["index"] is None
+    # grouped by protocol, each with its metrics and its counts
+    assert {n: list(g["metrics"]) for n, g in data["protocols"].items()} == GROUPS
+    assert data["protocols"]["identification"]["counts"]["valid_queries"] == 80
+    assert data["protocols"]["open-set"]["counts"] == {"mated": 80, "non_mated": 20}
+    m = _metrics(data)
+    assert all(0.0 <= v <= 1.0 for v in m.values())
+    assert m["top10"] >= m["top5"] >= m["top1"] > 0.3
 
 
 def test_protocol_selection_and_table_output(files):
@@ -68,7 +84,7 @@ def test_protocol_selection_and_table_output(files):
         app, ["score", "-q", q, "-g", g, "-p", "verification", "-p", "open-set", "--json"]
     )
     assert result.exit_code == 0
-    assert sorted(json.loads(result.stdout)) == sorted(KEYS[5:])
+    assert sorted(_metrics(json.loads(result.stdout))) == sorted(KEYS[5:])
     table = runner.invoke(app, ["score", "-q", q, "-g", g, "--protocol", "identification"])
     assert table.exit_code == 0
     assert "top1" in table.stdout and "mAP@100" in table.stdout and "tar@far" not in table.stdout
@@ -76,9 +92,9 @@ def test_protocol_selection_and_table_output(files):
 
 def test_same_file_is_leave_one_out(files):
     q, _, _ = files
-    loo = json.loads(
+    loo = _metrics(json.loads(
         runner.invoke(app, ["score", "-q", q, "-g", q, "--json", "-p", "identification"]).stdout
-    )
+    ))  # fmt: skip
     assert loo["top1"] < 1.0  # a query does not find itself
     assert loo["top1"] > 0.3
 
@@ -88,7 +104,9 @@ def test_undefined_metrics_are_null_with_a_note(files):
     # Every query label is in the gallery: there is no non-mated probe.
     result = runner.invoke(app, ["score", "-q", q, "-g", q, "-p", "open-set", "--json"])
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"tpir@fpir=0.1": None, "tpir@fpir=0.01": None}
+    data = json.loads(result.stdout)
+    assert _metrics(data) == {"tpir@fpir=0.1": None, "tpir@fpir=0.01": None}
+    assert data["notes"] == ["open-set undefined: every query label occurs in the gallery"]
     assert "note: open-set undefined" in result.stderr
 
 
@@ -175,7 +193,7 @@ def test_npy_and_parquet_galleries_score_like_npz(files):
     for other in (tmp / "g.npy", tmp / "shards"):
         r = runner.invoke(app, ["score", "-q", q, "-g", str(other), "--json"])
         assert r.exit_code == 0, r.output
-        assert json.loads(r.stdout) == want
+        assert {**json.loads(r.stdout), "gallery": g} == want
 
 
 def test_index_reports_recall_against_exact_search(files):
@@ -187,14 +205,19 @@ def test_index_reports_recall_against_exact_search(files):
     r = runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "--index", "flat"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["index.recall@10"] == 1.0 and data["index.spec"] == "flat"
-    assert list(data)[: len(KEYS)] == KEYS  # the metrics stay exact and first
+    assert data["index"]["recall@10"] == 1.0 and data["index"]["spec"] == "flat"
+    assert list(_metrics(data)) == KEYS  # the metrics stay exact
     r = runner.invoke(app, ["score", "-q", q, "-g", g, "--index", "ivf",
                             "--index-param", "nlist=1", "--index-param", "nprobe=1"])  # fmt: skip
     assert r.exit_code == 0, r.output  # one cell scanned whole: exact
     assert "index ivf(nlist=1,nprobe=1,train=60): recall@10 1.0000 against exact" in r.stdout
     r = runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "--index", "hnsw"])
-    assert 0.5 < json.loads(r.stdout)["index.recall@10"] <= 1.0
+    assert 0.5 < json.loads(r.stdout)["index"]["recall@10"] <= 1.0
+    # the default IVF on a small gallery scans a quarter of its cells, and says exact is better
+    r = runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "--index", "ivf"])
+    data = json.loads(r.stdout)
+    assert data["index"]["spec"].startswith("ivf(nlist=1,nprobe=1")  # 60 rows: one cell
+    assert any("exact search (without --index) is the better choice" in n for n in data["notes"])
 
 
 @pytest.mark.parametrize(

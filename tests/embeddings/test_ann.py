@@ -23,12 +23,15 @@ def test_parse_and_defaults():
     assert full.params == {
         "nlist": 16,
         "m": 4,
-        "nprobe": 16,
+        "nprobe": 4,  # a quarter of the cells: never a full scan by default
         "train": 10_000,
         "nbits": 8,
         "refine": 0,
     }
     assert ann.resolved(ann.parse_index("ivf"), 1_000_000, 128).params["nlist"] == 4000
+    assert ann.resolved(ann.parse_index("ivf"), 1_000_000, 128).params["nprobe"] == 32
+    small = ann.resolved(ann.parse_index("ivf"), 800, 128).params  # issue 29: was 20 of 20
+    assert (small["nlist"], small["nprobe"]) == (20, 5)
     with pytest.raises(UsageError, match="must divide the dimension 32"):
         ann.resolved(ann.parse_index("ivfpq", ["m=5"]), 1000, 32)
     with pytest.raises(UsageError, match="known: flat, ivf, hnsw, ivfpq"):

@@ -18,9 +18,11 @@ def python_api_snippet() -> str:
     return blocks[0]
 
 
-def test_readme_python_api_snippet_trains_with_bct():
+def test_readme_python_api_snippet_trains_with_bct(capsys):
     namespace: dict = {}
     exec(compile(python_api_snippet(), str(README), "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert re.fullmatch(r"loss [0-9.]+; old classifier on new embeddings: [0-9]+%\n", printed)
     ns = namespace
     with torch.no_grad():
         z = ns["new_model"](ns["images"])
