@@ -223,18 +223,16 @@ def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> dict:
 
 
 def _normalized(x, path: Path):
-    import numpy as np
-
     from compat.errors import BadInputError
+    from compat.models.norms import l2_normalize_rows
 
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    zero = np.flatnonzero(norms[:, 0] == 0)
+    out, zero = l2_normalize_rows(x)  # rows of any finite scale (1e20, 1e-30) come out unit
     if zero.size:
         raise BadInputError(
             f"{path}: embeddings: row {int(zero[0])} has zero norm and cannot be "
             "L2-normalised (use --no-normalize for raw inner products)"
         )
-    return (x / norms).astype(np.float32)
+    return out
 
 
 def _print_table(

@@ -1,0 +1,48 @@
+"""L2-normalising rows read from files, safely at any finite scale.
+
+A float32 row scaled by 1e20 is finite, but the sum of its squares (1e40) is not: a plain
+``x / ||x||`` turns it into zeros (``x / inf``), and a row scaled by 1e-30 loses its norm to
+underflow. Such rows are brought to unit length here by first dividing them by their largest
+absolute value, which leaves their direction unchanged. Every other row is normalised exactly
+as ``x / ||x||`` would (the same bits), so nothing computed from ordinary rows changes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Below this norm the squares of a float32 row's entries approach the subnormal range (1e-38)
+# and lose precision; above the float32 maximum they overflow. Rows outside are rescaled first.
+TINY_NORM = 1e-15
+
+
+def unsafe_rows(norms: np.ndarray) -> np.ndarray:
+    """Which rows' plain norms cannot be trusted: not finite (overflow) or below
+    :data:`TINY_NORM` (underflow; a zero row is included, its caller decides)."""
+    return ~np.isfinite(norms) | (norms < TINY_NORM)
+
+
+def l2_normalize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows of x at unit length, indices of the all-zero rows)``, float32; an all-zero row
+    stays zero (the caller decides whether that is an error). Rows that are not finite are the
+    caller's to refuse beforehand (every reader of compat does)."""
+    x = np.asarray(x)
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+    bad = unsafe_rows(norms[:, 0])
+    out = (x / np.where(bad[:, None], 1.0, norms)).astype(np.float32, copy=False)
+    zeros = np.zeros(0, dtype=np.int64)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        sub = np.asarray(x[rows], dtype=np.float64)
+        peak = np.abs(sub).max(axis=1, keepdims=True)
+        nonzero = peak[:, 0] > 0
+        zeros = rows[~nonzero]
+        scaled = sub[nonzero] / peak[nonzero]  # the largest entry is now 1: no overflow
+        fixed = np.zeros_like(sub)
+        fixed[nonzero] = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
+        out[rows] = fixed.astype(np.float32)
+    return out, zeros
+
+
+__all__ = ["TINY_NORM", "l2_normalize_rows", "unsafe_rows"]
