@@ -774,6 +774,7 @@ class _OutLock:
         while True:
             try:
                 with storage_errors(self.path):
+                    self.path.parent.mkdir(parents=True, exist_ok=True)  # --out new/g2.npz
                     fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError as err:
                 raise UsageError(

@@ -155,6 +155,16 @@ def _score(
         q_raw, g_raw = align_pair(q_raw, g_raw, dim_mismatch, normalize=False)
     q_emb = _normalized(q_raw, query_path) if normalize else q_raw
     g_emb = _normalized(g_raw, gallery_path) if normalize else g_raw
+    if not normalize:
+        from compat.models.norms import products_overflow
+
+        big = products_overflow(q_emb, g_emb)
+        if big is not None:
+            raise BadInputError(
+                f"{query_path}: embeddings: row {big[2]} (norm {big[0]:.3g}) times {gallery_path} "
+                f"row {big[3]} (norm {big[1]:.3g}) overflows float32 inner products; rescale "
+                "the rows, or score cosines (without --no-normalize)"
+            )
 
     exclude = None
     if query_path.resolve() == gallery_path.resolve():

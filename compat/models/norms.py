@@ -45,4 +45,35 @@ def l2_normalize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, zeros
 
 
-__all__ = ["TINY_NORM", "l2_normalize_rows", "unsafe_rows"]
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def largest_norm(x: np.ndarray) -> tuple[float, int]:
+    """(the largest row norm of ``x``, computed in float64 so it cannot overflow; its row)."""
+    if len(x) == 0:
+        return 0.0, 0
+    x64 = np.asarray(x, dtype=np.float64)
+    peak = np.abs(x64).max(axis=1)
+    safe = np.where(peak > 0, peak, 1.0)[:, None]
+    norms = np.linalg.norm(x64 / safe, axis=1) * peak
+    row = int(np.argmax(norms))
+    return float(norms[row]), row
+
+
+def products_overflow(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int, int] | None:
+    """Whether a float32 inner product of a row of ``a`` with a row of ``b`` can overflow
+    (the product of their largest norms exceeds float32's range): (norm a, norm b, row a,
+    row b) when it can, else None. Scores that overflow to inf rank nothing."""
+    na, ra = largest_norm(a)
+    nb, rb = largest_norm(b)
+    return (na, nb, ra, rb) if na * nb > FLOAT32_MAX else None
+
+
+__all__ = [
+    "FLOAT32_MAX",
+    "TINY_NORM",
+    "l2_normalize_rows",
+    "largest_norm",
+    "products_overflow",
+    "unsafe_rows",
+]

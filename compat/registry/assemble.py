@@ -150,7 +150,16 @@ def eval_rows(b: Any, manifest: Any, where: str, manifest_where: str) -> np.ndar
                 f"{items[k]!r}, bundle row {int(order[k])}); store the evaluation set's ids, or "
                 "its rows in order"
             )
-    return b.embeddings[order]
+    rows = b.embeddings[order]
+    from compat.models.norms import products_overflow
+
+    big = products_overflow(rows, rows)
+    if big is not None:  # its self test's scores would be inf: the gate would rank nothing
+        raise BadInputError(
+            f"{where}: embeddings: row {int(order[big[2]])} has norm {big[0]:.3g}: inner products "
+            "of its rows overflow float32; store L2-normalised rows"
+        )
+    return rows
 
 
 def gather_embeddings(

@@ -211,6 +211,12 @@ def test_two_backfills_into_one_out_the_second_exits_6_and_leaves_nothing(
     assert len(load_gallery(out)) == 200
 
 
+def test_an_out_in_a_folder_yet_to_be_made_is_written(psi_and_gallery):
+    root = psi_and_gallery[0]
+    assert _run(root, out=root / "new" / "deeper" / "g2.npz").upgraded == 50
+    assert sorted(p.name for p in (root / "new" / "deeper").iterdir()) == ["g2.npz"]
+
+
 def test_a_held_lock_is_a_conflict_in_process(psi_and_gallery):
     root = psi_and_gallery[0]
     out = root / "g2.npz"

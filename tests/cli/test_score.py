@@ -231,3 +231,14 @@ def test_cosine_metrics_do_not_depend_on_a_rows_scale(files, scale):
     assert have["top1"] > 0.5
     for key in KEYS:
         assert have[key] == pytest.approx(want[key], abs=1e-9), key
+
+
+def test_raw_inner_products_that_overflow_are_refused(files):
+    q, _, root = files
+    with np.load(q) as z:
+        emb, labels = z["embeddings"] * np.float32(1e20), z["labels"]
+    big = _save(root / "big.npz", embeddings=emb, labels=labels)
+    r = runner.invoke(app, ["score", "-q", big, "-g", big, "--no-normalize"])
+    assert r.exit_code == 4
+    [line] = r.output.strip().splitlines()
+    assert "big.npz: embeddings: row " in line and "overflows float32 inner products" in line

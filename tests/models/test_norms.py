@@ -70,3 +70,16 @@ def test_psi_upgrades_a_scaled_row_like_the_row_itself(scale):
     np.testing.assert_allclose(upgrade_array(psi, big), want, atol=1e-5)
     got = psi.upgrade(torch.from_numpy(big)).detach().numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_products_that_overflow_float32_are_found():
+    from compat.models.norms import largest_norm, products_overflow
+
+    x = _rows(5)
+    assert products_overflow(x, x) is None
+    big = x.copy()
+    big[3] *= np.float32(1e19)
+    n, row = largest_norm(big)
+    assert row == 3 and n == pytest.approx(np.linalg.norm(x[3].astype(np.float64)) * 1e19)
+    assert products_overflow(big, x) is None  # 1e19 x 1: finite
+    assert products_overflow(big, big)[2:] == (3, 3)

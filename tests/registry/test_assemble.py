@@ -162,6 +162,13 @@ def test_rows_that_are_not_the_evaluation_sets_are_refused(ids, labels, message)
         A.eval_rows(_b(ids, labels), _manifest(), "v2.npz", "e.json")
 
 
+def test_rows_whose_inner_products_overflow_are_refused():
+    b = _b(None, [0, 0, 1, 1])
+    b.embeddings[2] = [3e19, 1e19]  # finite float32; its squared norm is not
+    with pytest.raises(BadInputError, match=r"v2\.npz: embeddings: row 2 has norm 3\.16e\+19"):
+        A.eval_rows(b, _manifest(), "v2.npz", "e.json")
+
+
 def test_a_shuffled_bundle_is_refused_at_the_gate(project):
     """The issue's case end to end: rows shuffled against splits/eval.json, without ids, so
     the labels disagree with the split: promote exits 4 instead of gating it."""
