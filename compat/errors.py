@@ -2,7 +2,7 @@
 
 0 pass, 1 a criterion failed (a verdict, not an error: the gate returns it), 2 usage error,
 3 something named was not found, 4 bad input (contract, card, params, embeddings, images),
-5 infrastructure (registry unreachable), 6 conflict (production moved to another version while
+5 infrastructure (registry unreachable; a disk full, over quota or read-only), 6 conflict (production moved to another version while
 a promotion was being decided: re-run against it).
 """
 
@@ -36,6 +36,12 @@ class BadInputError(CompatError):
 
 class InfrastructureError(CompatError):
     exit_code = 5
+
+
+class StorageError(InfrastructureError):
+    """A file could not be written: the disk is full (ENOSPC), the quota is spent (EDQUOT) or
+    the file system is read-only (EROFS). The message names the path and the bytes needed;
+    nothing half-written is left (:func:`compat.io.atomic_path`)."""
 
 
 class ConflictError(CompatError):

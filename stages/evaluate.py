@@ -85,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             dim_mismatch_of=lambda v: dim_mismatch(card(v)),
             report=progress,
         )
+        # Outputs of a previous run with other versions must not linger in the plots folder.
+        shutil.rmtree(Path(args.plots) / "cmc", ignore_errors=True)
+        write_report(report, args.metrics, args.plots)  # a full disk: exit 5, one line
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
-    # Outputs of a previous run with other versions must not linger in the plots folder.
-    shutil.rmtree(Path(args.plots) / "cmc", ignore_errors=True)
-    write_report(report, args.metrics, args.plots)
     for protocol, by_metric in report["matrix"].items():
         for metric, rows in by_metric.items():
             cells = ", ".join(

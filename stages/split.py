@@ -37,12 +37,16 @@ def main(argv: list[str] | None = None) -> int:
         manifests, eval_manifest = build_split(source, config)
         validate_split(source, config, manifests, eval_manifest)
         validation = build_validation(source, config)
+        out = Path("splits")
+        shutil.rmtree(out, ignore_errors=True)  # a renamed training set must not leave a stale file
+        try:
+            write_split(out, manifests, eval_manifest, validation)
+        except CompatError:  # a full disk (exit 5): no split set half there
+            shutil.rmtree(out, ignore_errors=True)
+            raise
     except CompatError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
-    out = Path("splits")
-    shutil.rmtree(out, ignore_errors=True)  # a renamed training set must not leave a stale file
-    write_split(out, manifests, eval_manifest, validation)
     for name, m in manifests.items():
         print(f"split: {name} ({m.scenario}): {len(m.items)} items, {len(m.classes)} classes")
     ev = eval_manifest

@@ -51,3 +51,29 @@ def heavy_imports() -> Callable[..., list[str]]:
         return [m for m in out.stdout.strip().split(",") if m]
 
     return loaded
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path):
+    """``small_disk(size="2m")``: a fresh tmpfs of that size under ``tmp_path`` (a real full disk:
+    ENOSPC from the kernel); skips where mounting is not allowed (not root, no CAP_SYS_ADMIN)."""
+    mounted: list[Path] = []
+
+    def mount(size: str = "2m") -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        mnt = tmp_path / f"disk{len(mounted)}"
+        mnt.mkdir()
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", str(mnt)], check=False)

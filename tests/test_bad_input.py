@@ -167,6 +167,82 @@ def _data_is_a_file(tmp: Path) -> list[str]:
     return _folder_params(tmp)
 
 
+def _manifest_names_a_fifo(tmp: Path) -> list[str]:
+    args = _manifest_params(tmp, "c0/0.png,c0\nc1/pipe.png,c1\n")
+    os.mkfifo(tmp / "imgs" / "c1" / "pipe.png")  # opening it for reading blocks forever
+    return args
+
+
+def _manifest_field_too_long(tmp: Path) -> list[str]:
+    return _manifest_params(tmp, "c0/0.png,c0\nc1/0.png," + "x" * 200_000 + "\n")
+
+
+def _zip_member(path: Path, member: str, *, method: int | None = None, flags: int | None = None):
+    """Rewrite a member's method or flag bits in its local and central zip headers."""
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    for sig, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+        start = 0
+        while (i := data.find(sig, start)) >= 0:
+            start = i + 4
+            if data[i + name_at : i + name_at + len(name)] == name:
+                if flags is not None:
+                    struct.pack_into("<H", data, i + flag_at, flags)
+                if method is not None:
+                    struct.pack_into("<H", data, i + flag_at + 2, method)
+    path.write_bytes(bytes(data))
+
+
+def _score_npz_member(tmp: Path, **patch: int) -> list[str]:
+    argv = _score(tmp)
+    _zip_member(tmp / "q.npz", "embeddings.npy", **patch)
+    return argv
+
+
+def _null_embedding_row(tmp: Path) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp / "q").mkdir()
+    mask = pa.array([False, True, False, False])
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(32, np.float32)), 8, mask=mask)
+    pq.write_table(pa.table({"id": list("abcd"), "embedding": emb, "label": range(4)}),
+                   tmp / "q" / "part-0.parquet")  # fmt: skip
+    _npz(tmp / "g.npz", embeddings=np.ones((4, 8), np.float32), labels=np.arange(4))
+    return ["score", "-q", "q", "-g", "g.npz"]
+
+
+def _backfill(tmp: Path, out: str, gallery: str = "g.npz") -> list[str]:
+    import torch
+
+    from compat.models.upgrade import UpgradeModule, save_upgrade
+
+    torch.manual_seed(0)
+    save_upgrade(tmp / "models" / "v2" / "upgrade", UpgradeModule(8, 8, hidden=8).eval(),
+                 {"from": "v1", "to": "v2", "loss": "mse"})  # fmt: skip
+    rows = np.eye(8, dtype=np.float32)
+    if gallery.endswith(".npz"):
+        _npz(tmp / gallery, embeddings=rows, labels=np.arange(8), version=np.asarray("v1"))
+    else:
+        from compat.embeddings.formats import write_shard
+
+        (tmp / gallery).mkdir(parents=True)
+        write_shard(tmp / gallery / "part-0.parquet", np.asarray([str(i) for i in range(8)]),
+                    rows, np.arange(8), np.full(8, "v1"))  # fmt: skip
+    return ["backfill", "--gallery", gallery, "--from", "v1", "--to", "v2", "--out", out,
+            "--no-progress"]  # fmt: skip
+
+
+def _backfill_out_holds_input(tmp: Path) -> list[str]:
+    return _backfill(tmp, "DIR", gallery="DIR/g")
+
+
+def _backfill_out_not_a_gallery(tmp: Path) -> list[str]:
+    (tmp / "up").mkdir()
+    (tmp / "up" / "notes.txt").write_text("mine")
+    return _backfill(tmp, "up")
+
+
 # -- setups of cases that already worked --------------------------------------------------------
 
 
@@ -240,6 +316,26 @@ FIXED = [
          ("data: cannot create the output folder (File exists)",)),
     Case("params-not-utf8", "data", lambda t: ["--params", _params(t, b"data:\n  size: \xff\n")],
          4, ("params.yaml: not valid UTF-8 at line 2",)),
+    # issue 30 item 10: a FIFO named as an image hung the data stage forever
+    Case("manifest-names-a-fifo", "data", _manifest_names_a_fifo, 4,
+         ("c1/pipe.png: a FIFO (named pipe), not a regular file",)),
+    # issue 30 item 14: tracebacks (_csv.Error, RuntimeError, NotImplementedError, LZMAError,
+    # ArrowInvalid)
+    Case("manifest-field-over-128k", "data", _manifest_field_too_long, 4,
+         ("imgs/list.csv:3: field larger than field limit (131072)", "(data.manifest)")),
+    Case("npz-member-encrypted", "cli", lambda t: _score_npz_member(t, flags=1), 4,
+         ("q.npz: embeddings: the member is encrypted",)),
+    Case("npz-member-deflate64", "cli", lambda t: _score_npz_member(t, method=9), 4,
+         ("q.npz: embeddings: compressed with deflate64 (zip method 9)",)),
+    Case("npz-member-lzma-damaged", "cli", lambda t: _score_npz_member(t, method=14), 4,
+         ("q.npz: embeddings: not a readable .npz member",)),
+    Case("parquet-null-embedding-row", "cli", _null_embedding_row, 4,
+         ("q/part-0.parquet: embedding: cannot be read", "null rows?")),
+    # issue 30 item 1: these deleted the input gallery and the user's notes.txt
+    Case("backfill-out-holds-the-input", "cli", _backfill_out_holds_input, 2,
+         ("--out DIR: the folder holds the input gallery", "the input is never modified")),
+    Case("backfill-out-not-a-gallery", "cli", _backfill_out_not_a_gallery, 2,
+         ("--out up: the folder holds files a backfill did not write (notes.txt)",)),
 ]  # fmt: skip
 
 WORKING = [
@@ -391,6 +487,7 @@ def _run(case: Case, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int
     return code, out.err + out.out
 
 
+@pytest.mark.timeout(120)  # a case that hangs (a FIFO read) fails instead of blocking the run
 @pytest.mark.parametrize("case", FIXED + WORKING + ROUND3, ids=lambda c: c.id)
 def test_bad_input(case: Case, in_tmp: Path, capsys: pytest.CaptureFixture[str]):
     code, output = _run(case, in_tmp, capsys)
@@ -402,6 +499,11 @@ def test_bad_input(case: Case, in_tmp: Path, capsys: pytest.CaptureFixture[str])
     for fragment in case.fragments:
         assert fragment in lines[0], lines[0]
     assert not list(in_tmp.rglob("*.tmp")), "a temporary file was left behind"
+    if case.setup in (_backfill_out_holds_input, _backfill_out_not_a_gallery):
+        assert not list(in_tmp.rglob(".*backfill*")), "a work folder or lock was left behind"
+        assert (in_tmp / "DIR" / "g" / "part-0.parquet").exists() or (
+            in_tmp / "up" / "notes.txt"
+        ).read_text() == "mine"
     if case.run == "data":
         assert not (in_tmp / "data" / "source.json").exists(), "half a data stage was written"
 

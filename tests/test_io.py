@@ -1,7 +1,9 @@
-"""compat.io: atomic writes keep the user's umask and leave no temporary file behind."""
+"""compat.io: atomic writes keep the user's umask and leave no temporary file behind; a full disk
+is one line naming the path and the bytes; scratch folders never outlive their process."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -9,7 +11,15 @@ import sys
 
 import pytest
 
-from compat.io import atomic_path, current_umask, remove_stale_temporaries, write_text
+from compat.errors import StorageError
+from compat.io import (
+    atomic_path,
+    current_umask,
+    remove_stale_temporaries,
+    scratch_dir,
+    write_bytes,
+    write_text,
+)
 
 
 def _mode(path) -> int:
@@ -87,3 +97,101 @@ def test_a_live_writers_temporary_is_left_alone(tmp_path):
     assert remove_stale_temporaries(target) == [dead, other_dead]
     assert live.exists() and other_live.exists() and all(p.exists() for p in unrelated)
     assert not dead.exists() and not other_dead.exists()
+
+
+# -- a full disk, a spent quota, a read-only file system (issue 31 item 2) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (errno.ENOSPC, "no space left on the device"),
+        (errno.EDQUOT, "over the disk quota"),
+        (errno.EROFS, "a read-only file system"),
+    ],
+)
+def test_a_storage_error_inside_a_write_is_one_line_and_leaves_the_target(tmp_path, code, reason):
+    target = tmp_path / "a.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(StorageError) as info, atomic_path(target, size=5000) as tmp:
+        tmp.write_bytes(b"x" * 100)  # a part reached the disk
+        raise OSError(code, os.strerror(code))
+    message = str(info.value)
+    assert message.startswith(f"{target}: cannot write: {reason} (needs 4.9 KiB (5000 bytes)")
+    assert ("free)" in message) == (code != errno.EROFS) and "\n" not in message
+    assert info.value.exit_code == 5
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin"]
+
+
+def test_without_a_size_the_bytes_written_are_named(tmp_path):
+    wanted = r"needs more than the 100 B \(100 bytes\) written"
+    with pytest.raises(StorageError, match=wanted), atomic_path(tmp_path / "a.bin") as tmp:
+        tmp.write_bytes(b"x" * 100)
+        raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28]")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_errors_pass_unchanged(tmp_path):
+    with pytest.raises(PermissionError), atomic_path(tmp_path / "a.bin"):
+        raise PermissionError(errno.EACCES, "denied")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_folder_is_a_storage_error_before_the_temporary(tmp_path, monkeypatch):
+    import compat.io as io_mod
+
+    def mkstemp(**_kw):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path))
+
+    monkeypatch.setattr(io_mod.tempfile, "mkstemp", mkstemp)
+    with pytest.raises(StorageError, match=r"a\.json: cannot write: a read-only file system"):
+        write_text(tmp_path / "a.json", "{}")
+
+
+def test_write_bytes_names_its_exact_size(tmp_path, monkeypatch):
+    import pathlib
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pathlib.Path, "write_bytes", full)
+    with pytest.raises(StorageError, match=r"needs 1\.0 MiB \(1048576 bytes\), .* free\)$"):
+        write_bytes(tmp_path / "a.bin", b"\0" * (1 << 20))
+
+
+# -- scratch folders (issue 30 item 3) -----------------------------------------------------------
+
+
+def test_a_scratch_folder_is_removed_on_success_and_on_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with scratch_dir("x") as folder:
+        assert folder.parent == tmp_path and folder.name.startswith("compat-x-")
+        assert folder.name.endswith(f".pid{os.getpid()}")
+        (folder / "f").write_text("x")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), scratch_dir("y"):
+        raise RuntimeError("refused")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_processes_scratch_folder_is_removed_by_the_next(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    code = (
+        "import os, signal\n"
+        "from compat.io import make_scratch_dir\n"
+        "(make_scratch_dir('emb') / 'big.npz').write_bytes(b'x' * 1000)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, check=False)
+    assert proc.returncode == -9
+    [left] = tmp_path.iterdir()
+    assert left.name.startswith("compat-emb-")
+    live = tmp_path / f"compat-emb-abc.pid{os.getppid()}"  # a live process's: kept
+    live.mkdir()
+    mine = tmp_path / "compat-notes"  # not a scratch folder's name: kept
+    mine.mkdir()
+    rerun = "from compat.io import scratch_dir\nwith scratch_dir('emb'):\n    pass\n"
+    subprocess.run([sys.executable, "-c", rerun], env=env, check=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, mine.name])

@@ -10,12 +10,25 @@ Guarantees:
   of any size is upgraded in the memory of one block (an ``.npz`` is read whole).
 * **Nothing half-written**: the output (a file, or a folder of shards renamed into place)
   appears only when every block is done.
+* **Only its own output is replaced**: ``out`` must not be, hold or lie inside a file of the
+  input; an existing ``out`` is replaced only when a backfill wrote it (its ``meta`` records a
+  ``backfill``; a Parquet folder holds nothing but ``_compat.json`` and ``batch-*.parquet``
+  shards) or it is an empty folder. Anything else is a :class:`~compat.errors.UsageError`
+  (exit 2) before any work.
+* **One writer per output**: a run holds the lock file ``.<out name>.backfill.lock`` beside the
+  output; a second run into the same ``out`` is a :class:`~compat.errors.ConflictError`
+  (exit 6) that writes and removes nothing.
 * **Resumable**: each finished block is saved (atomically) in a work folder beside the output,
   ``.<out name>.backfill/``, keyed by a digest of the job (input sha256, psi sha256, selected
-  rows, batch size, output format). A killed run started again with the same arguments skips
-  the saved blocks; a work folder of another job is discarded. For a Parquet output the saved
-  blocks are the output's shards; otherwise they are concatenated into the output, and the
-  folder is removed once the output is written.
+  rows, batch size, output format), with its sha256 in ``batch-<b>.<ext>.sha256``. A killed run
+  started again with the same arguments skips the saved blocks that pass their checksum (a
+  damaged one is computed again, with a warning); a work folder of another job is discarded.
+  For a Parquet output the saved blocks are the output's shards; otherwise they are
+  concatenated into the output, and the folder is removed once the output is written.
+* **Nothing left behind**: a run that fails (exit 2-6) removes its work folder and lock; only a
+  killed or interrupted run keeps the work folder, for the next run to resume. A full disk,
+  spent quota or read-only file system is a :class:`~compat.errors.StorageError` (exit 5)
+  naming the path and the bytes needed, before any work when the free space is already short.
 * **Row for row the in-memory path**: every row is computed by
   :meth:`compat.models.upgrade.FoldedUpgrade.apply` in its fixed row block
   (:mod:`compat.models.rowblocks`), so its value depends neither on the batch size nor on which other
@@ -36,9 +49,11 @@ backfilled gallery: :mod:`compat.embeddings.mixed`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -52,8 +67,19 @@ import numpy as np
 
 from compat.backfill.engines import ENGINES, make_engine
 from compat.backfill.plan import Selection, bundle_version, check_rows, row_versions, select_rows
-from compat.errors import BadInputError, NotFoundError, UsageError
-from compat.io import atomic_path, fingerprint, sha256_bytes, write_json
+from compat.errors import BadInputError, ConflictError, NotFoundError, StorageError, UsageError
+from compat.io import (
+    atomic_path,
+    fingerprint,
+    free_bytes,
+    human_bytes,
+    sha256_bytes,
+    sha256_file,
+    storage_error,
+    storage_errors,
+    write_json,
+    write_text,
+)
 from compat.models.card import UpgradeCard, check_upgrade, read_upgrade_card
 
 DEFAULT_BATCH = 8192
@@ -94,8 +120,27 @@ def work_dir_for(out: str | os.PathLike[str]) -> Path:
     return p.parent / f".{p.name}.backfill"
 
 
+def lock_path_for(out: str | os.PathLike[str]) -> Path:
+    """The lock file a backfill into ``out`` holds while it runs."""
+    p = Path(out)
+    return p.parent / f".{p.name}.backfill.lock"
+
+
 def _batch_path(work: Path, b: int, fmt: str = "npz") -> Path:
     return work / f"batch-{b:06d}.{'parquet' if fmt == 'parquet' else 'npy'}"
+
+
+def _sum_path(batch: Path) -> Path:
+    """Where a finished batch's sha256 is kept (written after the batch itself)."""
+    return batch.with_name(batch.name + ".sha256")
+
+
+_SHARD = re.compile(r"batch-\d{6}\.parquet")
+# What a work folder holds: batches, their checksums, the state, the dataset meta of a Parquet
+# output, and the temporaries of atomic writes.
+_WORK_ENTRY = re.compile(
+    r"batch-\d{6}\.(npy|parquet)(\.sha256)?|state\.json|_compat\.json|\..*\.tmp"
+)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -231,6 +276,7 @@ def backfill(
 
     reader = GalleryReader(gallery_path)
     where = reader.where
+    _check_apart(reader, out_path, out_format)
     versions = row_version_array(
         reader.version,
         reader.row_versions,
@@ -288,6 +334,55 @@ def backfill(
     if out_format == "npz" and reader.labels is None:
         raise BadInputError(f"{where}: labels: an .npz output needs labels; write .npy or Parquet")
 
+    work = work_dir_for(out_path)
+    with _OutLock(out_path):
+        _check_replaceable(out_path, out_format)
+        _check_work_folder(work)
+        _remove_stale_swaps(out_path)
+        try:
+            return _run(
+                reader, out_path, out_format, work, card, psi_path, psi_where, rows, selection,
+                versions, n_source, result, say, started,
+                source=source, target=target, fraction=fraction, order=order, seed=seed,
+                batch_size=batch_size, assume_from=assume_from, progress=progress,
+                device=device, engine=engine,
+            )  # fmt: skip
+        except Exception:
+            # A failed run leaves nothing; a killed or interrupted one (KeyboardInterrupt is no
+            # Exception) keeps its finished batches for the next run to resume.
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+
+
+def _run(
+    reader: Any,
+    out_path: Path,
+    out_format: str,
+    work: Path,
+    card: UpgradeCard,
+    psi_path: Path,
+    psi_where: str,
+    rows: np.ndarray,
+    selection: Selection,
+    versions: np.ndarray,
+    n_source: int,
+    result: Any,
+    say: Any,
+    started: float,
+    *,
+    source: str,
+    target: str,
+    fraction: float,
+    order: str,
+    seed: int,
+    batch_size: int,
+    assume_from: bool,
+    progress: bool | None,
+    device: str,
+    engine: str,
+) -> BackfillResult:
+    """The backfill proper, under the output's lock: resume, upgrade every block, assemble."""
+    out_dim = card.out_dim
     input_sha = reader.sha256()
     job = fingerprint(
         {
@@ -308,12 +403,13 @@ def backfill(
         new_versions[rows] = target
     del versions
     width = out_dim if len(rows) else reader.dim
-    work = work_dir_for(out_path)
     n_batches = (reader.n + batch_size - 1) // batch_size
     try:
-        done = _resume_state(work, job, n_batches, say, out_format)
+        with storage_errors(work):
+            done = _resume_state(work, job, n_batches, say, out_format)
     except OSError as err:
         raise UsageError(f"--out {out_path}: cannot write beside it ({_one_line(err)})") from None
+    _check_room(out_path, work, reader.n, width, n_batches, len(done), out_format)
     meta = {k: v for k, v in reader.meta.items() if k not in _CACHE_META}
     history = list(meta.get("backfill", [])) if isinstance(meta.get("backfill"), list) else []
     history.append(
@@ -420,16 +516,27 @@ class _Parts:
         return _batch_path(self.work, b, self.fmt)
 
     def write(self, b: int, block: Any, y: np.ndarray) -> None:
+        """Save block ``b`` (atomically), then its sha256: a batch counts as finished only once
+        both are on disk and agree."""
         from compat.embeddings.formats import write_shard
 
-        with atomic_path(self.path(b)) as tmp:
+        path = self.path(b)
+        size = 128 + int(y.shape[0]) * int(y.shape[1]) * 4  # the rows, as .npy or Parquet
+        stop = block.start + len(y)
+        if self.fmt == "parquet":
+            ids = block.ids if block.ids is not None else _row_ids(block.start, stop)
+            # Plain encoding's size: ids and row versions (string bytes + offsets), labels.
+            size += int(np.char.str_len(ids).sum()) + 4 * len(y)
+            size += int(np.char.str_len(self.versions[block.start : stop]).sum()) + 4 * len(y)
+            size += 0 if block.labels is None else 8 * len(y)
+        with atomic_path(path, size=size) as tmp:
             if self.fmt == "parquet":
-                stop = block.start + len(y)
-                ids = block.ids if block.ids is not None else _row_ids(block.start, stop)
                 write_shard(tmp, ids, y, block.labels, self.versions[block.start : stop])
             else:
                 with open(tmp, "wb") as f:
                     np.save(f, np.ascontiguousarray(y, dtype=np.float32))
+            digest = sha256_file(tmp)
+        write_text(_sum_path(path), digest + "\n")
 
     def read(self, b: int, rows: int) -> np.ndarray:
         p = self.path(b)
@@ -467,24 +574,29 @@ def _finish(
         if parts.fmt == "parquet":
             write_dataset_meta(work, version, reader.fingerprint, meta)
             (work / STATE).unlink()
+            for checksum in work.glob("batch-*.sha256"):
+                checksum.unlink()
             _replace_folder(work, out)
             return
         if parts.fmt == "npy":
-            save_sidecar(
-                sidecar_of(out),
-                Sidecar(
-                    labels=reader.labels,
-                    ids=reader.ids,
-                    row_versions=versions,
-                    version=version,
-                    fingerprint=reader.fingerprint,
-                    meta=meta,
-                ),
-            )
-            with atomic_path(out) as tmp, open(tmp, "wb") as f:
-                write_npy_header(f, n, width)
-                for b in range(n_batches):
-                    f.write(parts.read(b, rows[b]).data)
+            # The matrix is written first and renamed last: a failure in either leaves
+            # neither (the sidecar is written only once the whole matrix is on disk).
+            with atomic_path(out, size=128 + n * width * 4) as tmp:
+                with open(tmp, "wb") as f:
+                    write_npy_header(f, n, width)
+                    for b in range(n_batches):
+                        f.write(parts.read(b, rows[b]).data)
+                save_sidecar(
+                    sidecar_of(out),
+                    Sidecar(
+                        labels=reader.labels,
+                        ids=reader.ids,
+                        row_versions=versions,
+                        version=version,
+                        fingerprint=reader.fingerprint,
+                        meta=meta,
+                    ),
+                )
         else:
             embeddings = np.empty((n, width), dtype=np.float32)
             for b in range(n_batches):
@@ -503,19 +615,200 @@ def _finish(
                 ),
             )
     except OSError as err:
+        full = storage_error(err, out)
+        if full is not None:
+            raise full from None
         raise UsageError(f"--out {out}: cannot write ({_one_line(err)})") from None
     shutil.rmtree(work, ignore_errors=True)
 
 
+def _swap_name(target: Path, pid: int) -> Path:
+    return target.parent / f".{target.name}.old-{pid}"
+
+
 def _replace_folder(new: Path, target: Path) -> None:
-    """Put folder ``new`` at ``target``; an existing ``target`` folder is swapped out, then removed."""
+    """Put folder ``new`` at ``target``; an existing ``target`` folder (one a backfill wrote:
+    :func:`_check_replaceable`) is swapped out, then removed."""
     old = None
     if target.exists():
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        old = _swap_name(target, os.getpid())
         os.replace(target, old)
-    os.replace(new, target)
+    try:
+        os.replace(new, target)
+    except OSError:
+        if old is not None:
+            os.replace(old, target)  # the previous output stays where it was
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale_swaps(out: Path) -> None:
+    """Remove the swapped-out outputs (``.<name>.old-<pid>``) of killed runs."""
+    from compat.io import _pid_alive
+
+    for old in out.parent.glob(f".{glob_escape(out.name)}.old-*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
+def _check_apart(reader: Any, out: Path, fmt: str) -> None:
+    """``out`` (and, for ``.npy``, its sidecar; and the work folder) must not be, hold or lie
+    inside a file of the input gallery: the input is never modified."""
+    from compat.embeddings.formats import sidecar_of
+
+    inputs = [f.resolve() for f in reader.files()]
+    folder = reader.path.resolve() if reader.path.is_dir() else None
+    written = [out, work_dir_for(out), lock_path_for(out)]
+    if fmt == "npy":
+        written.append(sidecar_of(out))
+    for path in written:
+        r = path.resolve()
+        if folder is not None and (r == folder or r.is_relative_to(folder)):
+            raise UsageError(
+                f"--out {out}: {path} would be inside the input gallery {reader.path}; "
+                "the input is never modified"
+            )
+        for f in inputs:
+            if r == f or _same_file(f, path):
+                raise UsageError(
+                    f"--out {out}: {path} is a file of the input gallery; the input is never "
+                    "modified"
+                )
+            if f.is_relative_to(r):
+                raise UsageError(
+                    f"--out {out}: the folder holds the input gallery ({f.name}); the input "
+                    "is never modified"
+                )
+
+
+def _by_backfill(meta: Any) -> bool:
+    """Whether a gallery's ``meta`` says a backfill wrote it."""
+    return (
+        isinstance(meta, dict) and isinstance(meta.get("backfill"), list) and bool(meta["backfill"])
+    )
+
+
+def _check_replaceable(out: Path, fmt: str) -> None:
+    """An existing ``out`` may be replaced only if a backfill wrote it (or it is an empty
+    folder); anything else is a usage error before any work."""
+    from compat.embeddings.bundle import read_bundle_meta
+    from compat.embeddings.formats import DATASET_META, sidecar_of
+    from compat.errors import CompatError
+
+    hint = "compat replaces only a gallery a backfill wrote; remove it or choose another --out"
+    if out.is_symlink():
+        raise UsageError(f"--out {out}: a symbolic link; {hint}")
+    if fmt == "parquet":
+        if not out.exists():
+            return
+        names = sorted(p.name for p in out.iterdir())
+        if not names:
+            return
+        foreign = [
+            n
+            for n in names
+            if n != DATASET_META and not (_SHARD.fullmatch(n) and (out / n).is_file())
+        ]
+        if foreign:
+            more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+            raise UsageError(
+                f"--out {out}: the folder holds files a backfill did not write "
+                f"({', '.join(foreign[:3])}{more}); {hint}"
+            )
+        try:
+            meta = json.loads((out / DATASET_META).read_text(encoding="utf-8")).get("meta")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            meta = None
+        if not _by_backfill(meta):
+            raise UsageError(
+                f"--out {out}: a Parquet gallery no backfill wrote ({DATASET_META} records no "
+                f"backfill); {hint}"
+            )
+        return
+    owner = sidecar_of(out) if fmt == "npy" else out
+    if not out.exists() and not owner.exists():
+        return
+    if owner.is_symlink() or not owner.is_file():
+        raise UsageError(f"--out {out}: {owner.name} is missing or not a file; {hint}")
+    try:
+        meta = read_bundle_meta(owner)
+    except CompatError:
+        meta = None
+    if not _by_backfill(meta):
+        what = f"a file ({owner.name} records no backfill)" if owner != out else "a file"
+        raise UsageError(f"--out {out}: {what} a backfill did not write; {hint}")
+
+
+def _check_room(
+    out: Path, work: Path, n: int, width: int, n_batches: int, done: int, fmt: str
+) -> None:
+    """A full disk is refused before any work when the free space already falls short of the
+    batches still to save plus the output assembled from them (exit 5)."""
+    rows = n * width * 4
+    need = rows * (n_batches - done) // max(n_batches, 1) + (0 if fmt == "parquet" else rows)
+    free = free_bytes(work)
+    if free is not None and need > free:
+        raise StorageError(
+            f"{out}: cannot write: no space left on the device (the backfill needs about "
+            f"{human_bytes(need)} ({need} bytes) for its batches and the output, "
+            f"{human_bytes(free)} free)"
+        )
+
+
+class _OutLock:
+    """The lock file beside ``out`` (``flock``), held for a whole run and removed after it: a
+    second run into the same ``out`` is refused at once, writing and removing nothing."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.path = out, lock_path_for(out)
+        self.fd: int | None = None
+
+    def __enter__(self) -> _OutLock:
+        import fcntl
+
+        while True:
+            try:
+                with storage_errors(self.path):
+                    self.path.parent.mkdir(parents=True, exist_ok=True)  # --out new/g2.npz
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as err:
+                raise UsageError(
+                    f"--out {self.out}: cannot write beside it ({_one_line(err)})"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                os.close(fd)
+                raise ConflictError(
+                    f"--out {self.out}: another backfill (pid {holder}) is writing it; wait for "
+                    "it to finish, or choose another --out"
+                ) from None
+            try:  # the holder before us may have removed (and another run re-made) the file
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)  # while still holding it: a waiting run re-opens the path
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 def _check_out(out: Path, fmt: str) -> None:
@@ -537,13 +830,32 @@ def _check_out(out: Path, fmt: str) -> None:
         raise UsageError(f"--out {out}: a file; a Parquet output is a folder of shards")
 
 
+def _check_work_folder(work: Path) -> None:
+    """An existing ``.<out>.backfill`` must be a backfill's work folder: it is resumed or
+    discarded, and compat discards only what it wrote."""
+    if not work.exists() and not work.is_symlink():
+        return
+    if work.is_symlink() or not work.is_dir():
+        raise UsageError(
+            f"{work}: not a backfill's work folder (not a folder); remove it or choose another "
+            "--out"
+        )
+    foreign = sorted(p.name for p in work.iterdir() if not _WORK_ENTRY.fullmatch(p.name))
+    if foreign:
+        raise UsageError(
+            f"{work}: not a backfill's work folder (it holds {', '.join(foreign[:3])}); remove "
+            "it or choose another --out"
+        )
+
+
 def _resume_state(work: Path, job: str, n_batches: int, say: Any, fmt: str) -> set[int]:
-    """The finished batches of this job in ``work``; a folder of another job is discarded."""
+    """The finished batches of this job in ``work`` (each checked against its sha256); a work
+    folder of another job is discarded, one holding anything else refused."""
     state = work / STATE
     if work.exists():
         try:
             same = json.loads(state.read_text()).get("job") == job
-        except (OSError, json.JSONDecodeError, AttributeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
             same = False
         if not same:
             say(f"backfill: discarding {work}: an unfinished backfill of other inputs")
@@ -552,11 +864,32 @@ def _resume_state(work: Path, job: str, n_batches: int, say: Any, fmt: str) -> s
         work.mkdir(parents=True)
         write_json(state, {"job": job, "batches": n_batches})
         return set()
-    return {b for b in range(n_batches) if _batch_path(work, b, fmt).is_file()}
+    done = set()
+    for b in range(n_batches):
+        batch = _batch_path(work, b, fmt)
+        checksum = _sum_path(batch)
+        if not batch.is_file():
+            checksum.unlink(missing_ok=True)
+            continue
+        try:
+            want = checksum.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            want = None  # saved, but killed before its checksum: not finished
+        if want is not None and sha256_file(batch) == want:
+            done.add(b)
+            continue
+        if want is not None:
+            say(
+                f"backfill: warning: {batch}: a saved batch fails its sha256 (damaged on disk); "
+                "computing it again"
+            )
+        batch.unlink()
+        checksum.unlink(missing_ok=True)
+    return done
 
 
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
-__all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill", "work_dir_for"]
+__all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill", "lock_path_for", "work_dir_for"]

@@ -37,11 +37,17 @@ HELP = (
     "A psi the upgrade stage refused (it did not beat the gallery left alone) upgrades "
     "nothing: --out is not written and the command exits 7, unless --allow-refused accepts "
     "that (exit 0); --json then says written: false and why.\n\n"
+    "--out is replaced only when a backfill wrote it (or it is an empty folder); it may not be, "
+    "hold or lie inside the input. One backfill at a time writes an --out (a lock file "
+    ".<out>.backfill.lock beside it). A failed run removes its work folder; a killed one keeps "
+    "it to resume, and a saved batch that fails its sha256 is computed again.\n\n"
     "Exit codes: 0 done (or nothing to do, accepted with --allow-refused); 2 usage (bad "
-    "option, --out is the input, --out cannot be written: under a file, under /proc); 3 a file "
-    "is missing (gallery, psi); 4 bad input (rows not made by --from, psi of other versions or "
-    "dimensions, NaN or inf rows, unreadable files, a wrong Parquet schema); 7 nothing "
-    "upgraded, --out not written (psi was refused)."
+    "option, --out is, holds or lies inside the input, --out holds something a backfill did "
+    "not write, --out cannot be written: under a file, under /proc); 3 a file is missing "
+    "(gallery, psi); 4 bad input (rows not made by --from, psi of other versions or "
+    "dimensions, NaN or inf rows, unreadable files, a wrong Parquet schema); 5 the disk is "
+    "full, over quota or read-only (the path and the bytes needed are named); 6 another "
+    "backfill is writing --out; 7 nothing upgraded, --out not written (psi was refused)."
 )
 
 

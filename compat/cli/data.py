@@ -40,11 +40,13 @@ def preview(
     scale: int = typer.Option(2, min=1, max=8, help="pixel magnification"),
 ) -> None:
     """Write a grid of images (one class per row) to see what the models train on."""
+    import io
+
     import numpy as np
     from PIL import Image
 
     from compat.data.sources import open_source
-    from compat.io import atomic_path
+    from compat.io import write_bytes
 
     with exit_on_error():
         src = open_source(source)
@@ -61,8 +63,9 @@ def preview(
         img = Image.fromarray(grid).resize(
             (grid.shape[1] * scale, grid.shape[0] * scale), Image.Resampling.NEAREST
         )
-        with atomic_path(out) as tmp:
-            img.save(tmp, format="PNG")
+        png = io.BytesIO()
+        img.save(png, format="PNG")
+        write_bytes(out, png.getvalue())  # a full disk: one line naming out and the bytes
     typer.echo(f"wrote {out}")
 
 

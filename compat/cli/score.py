@@ -177,6 +177,16 @@ def _score(
         q_raw, g_raw = align_pair(q_raw, g_raw, dim_mismatch, normalize=False)
     q_emb = _normalized(q_raw, query_path) if normalize else q_raw
     g_emb = _normalized(g_raw, gallery_path) if normalize else g_raw
+    if not normalize:
+        from compat.models.norms import products_overflow
+
+        big = products_overflow(q_emb, g_emb)
+        if big is not None:
+            raise BadInputError(
+                f"{query_path}: embeddings: row {big[2]} (norm {big[0]:.3g}) times {gallery_path} "
+                f"row {big[3]} (norm {big[1]:.3g}) overflows float32 inner products; rescale "
+                "the rows, or score cosines (without --no-normalize)"
+            )
 
     exclude = None
     if query_path.resolve() == gallery_path.resolve():
@@ -256,18 +266,16 @@ def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> tuple[dict, list[s
 
 
 def _normalized(x, path: Path):
-    import numpy as np
-
     from compat.errors import BadInputError
+    from compat.models.norms import l2_normalize_rows
 
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    zero = np.flatnonzero(norms[:, 0] == 0)
+    out, zero = l2_normalize_rows(x)  # rows of any finite scale (1e20, 1e-30) come out unit
     if zero.size:
         raise BadInputError(
             f"{path}: embeddings: row {int(zero[0])} has zero norm and cannot be "
             "L2-normalised (use --no-normalize for raw inner products)"
         )
-    return (x / norms).astype(np.float32)
+    return out
 
 
 def _print_table(

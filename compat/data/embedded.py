@@ -18,7 +18,7 @@ import numpy as np
 
 from compat.data.kanji import kanjivg_version, list_codepoints, parse_strokes
 from compat.data.render import Distortion, render_glyph
-from compat.errors import BadInputError
+from compat.errors import BadInputError, StorageError
 from compat.io import atomic_path, fingerprint
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,10 @@ def cached_render(
             return images
     images = render()
     try:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        with atomic_path(path, size=images.nbytes + 128) as tmp, open(tmp, "wb") as f:
             np.save(f, images, allow_pickle=False)
+    except StorageError as err:  # a full disk: the stage goes on without the cache
+        log.warning("warning: %s", err)
     except OSError as err:  # a cache is an optimisation: the stage goes on without it
         log.warning("warning: %s: cannot write the render cache (%s)", path, err.strerror or err)
     return images

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from compat.data.config import DataParams, EmbeddedData, FolderData, ManifestData
 from compat.errors import BadInputError, NotFoundError
-from compat.io import atomic_path, fingerprint, write_json
+from compat.io import atomic_path, fingerprint, storage_error, write_json
 
 SOURCE_FILE = "source.json"
 # Largest image (width x height) a folder or manifest source decodes: 8192 x 8192. Every image is
@@ -111,14 +112,20 @@ def read_image(path: Path, size: int, channels: int) -> np.ndarray:
     ratio is not kept: a non-square image is squashed, neither cropped nor padded.
 
     An image over :data:`MAX_IMAGE_PIXELS` is refused from its header, before any pixel is
-    decoded (a few-kB PNG can declare gigapixels: a decompression bomb).
+    decoded (a few-kB PNG can declare gigapixels: a decompression bomb). Only a regular file is
+    read (:func:`open_regular`): a FIFO or a device named as an image would block or never end.
     """
     try:
+        f = open_regular(path)
         with warnings.catch_warnings():
             # Pillow warns from 89 Mpx on; the cap below is the decision, not Pillow's warning.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img_file = Image.open(path)
-        with img_file as img:
+            try:
+                img_file = Image.open(f)
+            except BaseException:
+                f.close()
+                raise
+        with f, img_file as img:
             width, height = img.size
             if width * height > MAX_IMAGE_PIXELS:
                 raise BadInputError(
@@ -139,6 +146,31 @@ def read_image(path: Path, size: int, channels: int) -> np.ndarray:
     except (UnidentifiedImageError, OSError, ValueError) as err:
         raise BadInputError(f"{path}: unreadable or corrupt image ({err})") from None
     return arr[:, :, None] if channels == 1 else arr
+
+
+def open_regular(path: Path) -> io.BufferedReader:
+    """``path`` opened for reading if it is a regular file (after symlinks); a FIFO, socket or
+    device is a :class:`BadInputError`. Opened without blocking and checked on the open file,
+    so nothing swapped in after a check can make the read hang."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = (
+                "a directory"
+                if stat.S_ISDIR(mode)
+                else "a FIFO (named pipe)"
+                if stat.S_ISFIFO(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a device"
+            )
+            raise BadInputError(f"{path}: {kind}, not a regular file; images are read from files")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 # How a file becomes pixels, before resizing: part of a folder or manifest source's fingerprint,
@@ -177,7 +209,8 @@ def _check_images(root: Path, items: list[Item], size: int, channels: int) -> st
         path = root / item.id
         try:
             read_image(path, size, channels)  # names the file and what is wrong with it
-            data = path.read_bytes()
+            with open_regular(path) as f:
+                data = f.read()
         except (BadInputError, NotFoundError) as err:
             bad.append(str(err))
             continue
@@ -219,7 +252,8 @@ def scan_folder(params: FolderData) -> tuple[Path, list[Item]]:
 
 
 def read_manifest(params: ManifestData) -> tuple[Path, list[Item]]:
-    """Items of a CSV manifest ``path,label[,group]``; a path escaping the root is rejected."""
+    """Items of a CSV manifest ``path,label[,group]``; a path escaping the root is rejected; a
+    line csv cannot parse (a field over its 128 kB limit, a NUL byte) is named."""
     manifest = Path(params.manifest)
     if not manifest.is_file():
         raise NotFoundError(f"{manifest}: manifest not found (data.manifest)")
@@ -227,8 +261,6 @@ def read_manifest(params: ManifestData) -> tuple[Path, list[Item]]:
     if not root.is_dir():
         raise NotFoundError(f"{root}: manifest root not found (data.root)")
     real_root = root.resolve()
-    items: list[Item] = []
-    seen: set[str] = set()
     raw = manifest.read_bytes()
     try:
         text = raw.decode("utf-8-sig")  # a BOM (spreadsheet export) is not part of the header
@@ -238,28 +270,46 @@ def read_manifest(params: ManifestData) -> tuple[Path, list[Item]]:
             f"{manifest}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x}); save the "
             "manifest as UTF-8 (data.manifest)"
         ) from None
+    fetched = 0  # the physical line csv last took: where a parse error is
+
+    def lines(f: io.StringIO):
+        nonlocal fetched
+        for physical in f:
+            fetched += 1
+            yield physical
+
     with io.StringIO(text, newline="") as f:
-        reader = csv.DictReader(f)
-        fields = reader.fieldnames or []
-        missing = [c for c in ("path", "label") if c not in fields]
-        if missing:
-            raise BadInputError(f"{manifest}: header: missing column(s) {missing}")
-        extra = [c for c in fields if c not in ("path", "label", "group")]
-        if extra:
-            raise BadInputError(f"{manifest}: header: unknown column(s) {extra}")
-        for line, row in enumerate(reader, start=2):
-            path, label = (row.get("path") or "").strip(), (row.get("label") or "").strip()
-            if not path or not label:
-                raise BadInputError(f"{manifest}:{line}: path and label must not be empty")
-            resolved = (root / path).resolve()
-            if not resolved.is_relative_to(real_root):
-                raise BadInputError(f"{manifest}:{line}: path {path!r} escapes the root {root}")
-            item_id = resolved.relative_to(real_root).as_posix()
-            if item_id in seen:
-                raise BadInputError(f"{manifest}:{line}: path {path!r} is listed twice")
-            seen.add(item_id)
-            group = (row.get("group") or "").strip() or None
-            items.append(Item(item_id, label, group))
+        try:
+            return _manifest_rows(manifest, root, real_root, csv.DictReader(lines(f)))
+        except csv.Error as err:  # a field over csv.field_size_limit (128 kB), a NUL byte, ...
+            raise BadInputError(f"{manifest}:{fetched}: {err} (data.manifest)") from None
+
+
+def _manifest_rows(
+    manifest: Path, root: Path, real_root: Path, reader: csv.DictReader
+) -> tuple[Path, list[Item]]:
+    items: list[Item] = []
+    seen: set[str] = set()
+    fields = reader.fieldnames or []
+    missing = [c for c in ("path", "label") if c not in fields]
+    if missing:
+        raise BadInputError(f"{manifest}: header: missing column(s) {missing}")
+    extra = [c for c in fields if c not in ("path", "label", "group")]
+    if extra:
+        raise BadInputError(f"{manifest}: header: unknown column(s) {extra}")
+    for line, row in enumerate(reader, start=2):
+        path, label = (row.get("path") or "").strip(), (row.get("label") or "").strip()
+        if not path or not label:
+            raise BadInputError(f"{manifest}:{line}: path and label must not be empty")
+        resolved = (root / path).resolve()
+        if not resolved.is_relative_to(real_root):
+            raise BadInputError(f"{manifest}:{line}: path {path!r} escapes the root {root}")
+        item_id = resolved.relative_to(real_root).as_posix()
+        if item_id in seen:
+            raise BadInputError(f"{manifest}:{line}: path {path!r} is listed twice")
+        seen.add(item_id)
+        group = (row.get("group") or "").strip() or None
+        items.append(Item(item_id, label, group))
     if not items:
         raise BadInputError(f"{manifest}: no rows")
     return real_root, items
@@ -278,6 +328,9 @@ def build_source(params: DataParams, out_dir: str | os.PathLike[str] = "data") -
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # e.g. a file where the folder should be
+        full = storage_error(err, out)
+        if full is not None:  # a read-only file system or a full disk: exit 5
+            raise full from None
         raise BadInputError(f"{out}: cannot create the output folder ({err.strerror})") from None
     meta: dict = {"kind": params.kind, "image_size": params.size, "channels": params.channels}
     if isinstance(params, EmbeddedData):
@@ -310,7 +363,7 @@ def build_source(params: DataParams, out_dir: str | os.PathLike[str] = "data") -
             params.channels,
         )
         images = cached_render(_cache_dir(params), fp, render, shape)
-        with atomic_path(out / "glyphs.npy") as tmp, open(tmp, "wb") as f:
+        with atomic_path(out / "glyphs.npy", size=images.nbytes + 128) as tmp, open(tmp, "wb") as f:
             np.save(f, images, allow_pickle=False)
         items = [
             Item(f"{cp:05x}/{i:03d}", chr(cp))

@@ -16,6 +16,10 @@ Keys in the archive:
 ``meta`` (optional)       0-d string: a JSON object (e.g. the embedding-cache key)
 ========================  =================================================================
 
+Only these members are ever read, each after its ``.npy`` header was checked
+(:func:`check_archive`: shape, dtype, size against the member, decompression ratio, free memory,
+compression method and encryption); any other member of the archive is never decompressed.
+
 Every validation failure is a :class:`~compat.errors.BadInputError` whose message reads
 ``<file>: <field>: <reason>``, so the CLI can print it on one line with exit code 4.
 """
@@ -23,8 +27,10 @@ Every validation failure is a :class:`~compat.errors.BadInputError` whose messag
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,9 +95,15 @@ def save_bundle(path: str | os.PathLike[str], bundle: EmbeddingBundle) -> Path:
         arrays["meta"] = np.asarray(json.dumps(bundle.meta, sort_keys=True), dtype=np.str_)
     target = Path(path)
     # Write through a file object: np.savez appends ".npz" to bare paths without that suffix.
-    with atomic_path(target) as tmp, open(tmp, "wb") as f:
+    with atomic_path(target, size=archive_size(arrays)) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
     return target
+
+
+def archive_size(arrays: dict[str, np.ndarray]) -> int:
+    """The bytes ``np.savez`` writes for ``arrays`` (stored, not compressed): data, ``.npy``
+    headers and zip entries."""
+    return sum(int(a.nbytes) + 256 + 2 * len(k) for k, a in arrays.items()) + 22
 
 
 def load_bundle(path: str | os.PathLike[str], *, name: str | None = None) -> EmbeddingBundle:
@@ -105,23 +117,63 @@ def load_bundle(path: str | os.PathLike[str], *, name: str | None = None) -> Emb
     if magic != b"PK\x03\x04" and magic != b"PK\x05\x06":
         raise BadInputError(f"{where}: archive: not an .npz archive (as written by numpy.savez)")
     check_archive(p, where)
+    return _validate(read_members(p, where, REQUIRED_KEYS + OPTIONAL_KEYS), where)
+
+
+# What reading an archive member can raise besides a clean ValueError: a damaged deflate stream
+# (zlib.error), LZMA data (LZMAError), an encrypted member (RuntimeError), a compression method
+# zipfile lacks (NotImplementedError), a CRC mismatch (BadZipFile).
+_READ_ERRORS = (
+    OSError,
+    ValueError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    RuntimeError,
+    NotImplementedError,
+)
+# The compression methods read: numpy.savez's (stored), numpy.savez_compressed's (deflate) and
+# the two others Python's zipfile decodes. Anything else (deflate64, PPMd, ...) is refused by name.
+_METHODS = {
+    zipfile.ZIP_STORED: "stored",
+    zipfile.ZIP_DEFLATED: "deflate",
+    zipfile.ZIP_BZIP2: "bzip2",
+    zipfile.ZIP_LZMA: "LZMA",
+}
+_METHOD_NAMES = {9: "deflate64", 98: "PPMd", 93: "Zstandard", 95: "XZ", 97: "WavPack"}
+
+
+def read_members(path: Path, where: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The arrays of the members ``<key>.npy`` that exist, and no other member: an archive's
+    other members are never decompressed. Call :func:`check_archive` first."""
+    from numpy.lib import format as npformat
+
     raw: dict[str, np.ndarray] = {}
+    key = "archive"
     try:
-        with np.load(p, allow_pickle=False) as npz:
-            for key in npz.files:
-                try:
-                    raw[key] = npz[key]
-                except ValueError:
-                    # NumPy refuses object arrays when allow_pickle is False; say which key.
-                    raise BadInputError(
-                        f"{where}: {key}: stored as Python objects (pickled); "
-                        "save plain numeric or string arrays"
-                    ) from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        with zipfile.ZipFile(path) as z:
+            infos = {info.filename: info for info in z.infolist()}  # the last of a name wins
+            for key in keys:
+                info = infos.get(f"{key}.npy")
+                if info is None:
+                    continue
+                with z.open(info) as f:
+                    try:
+                        raw[key] = npformat.read_array(f, allow_pickle=False)
+                    except ValueError as err:
+                        if "allow_pickle" not in str(err):
+                            raise
+                        # NumPy refuses object arrays when allow_pickle is False; say which key.
+                        raise BadInputError(
+                            f"{where}: {key}: stored as Python objects (pickled); "
+                            "save plain numeric or string arrays"
+                        ) from None
+    except _READ_ERRORS as err:
         raise BadInputError(
-            f"{where}: archive: not a readable .npz file ({_one_line(err)})"
+            f"{where}: {key}: not a readable .npz member ({_one_line(err)})"
         ) from None
-    return _validate(raw, where)
+    return raw
 
 
 # An archive member that decompresses past this size must be plausibly compressed: embeddings
@@ -147,12 +199,26 @@ def check_archive(path: Path, where: str, *, required: tuple[str, ...] = REQUIRE
     from numpy.lib import format as npformat
 
     shapes: dict[str, tuple[int, ...]] = {}
+    key = "archive"
     try:
         with zipfile.ZipFile(path) as z:
             for info in z.infolist():
-                key = info.filename.removesuffix(".npy")
-                if not info.filename.endswith(".npy") or key not in REQUIRED_KEYS + OPTIONAL_KEYS:
-                    continue
+                name = info.filename.removesuffix(".npy")
+                if not info.filename.endswith(".npy") or name not in REQUIRED_KEYS + OPTIONAL_KEYS:
+                    continue  # never read: compat decompresses only the members it needs
+                key = name
+                if info.flag_bits & 0x1:
+                    raise BadInputError(
+                        f"{where}: {key}: the member is encrypted; save the bundle with "
+                        "numpy.savez (no password)"
+                    )
+                if info.compress_type not in _METHODS:
+                    method = _METHOD_NAMES.get(info.compress_type, "an unknown method")
+                    raise BadInputError(
+                        f"{where}: {key}: compressed with {method} (zip method "
+                        f"{info.compress_type}), which compat cannot decompress; save it with "
+                        "numpy.savez or numpy.savez_compressed"
+                    )
                 with z.open(info) as f:
                     major, _ = npformat.read_magic(f)
                     read = (
@@ -187,10 +253,10 @@ def check_archive(path: Path, where: str, *, required: tuple[str, ...] = REQUIRE
                         "galleries as .npy or Parquet shards (read in blocks)"
                     )
                 shapes[key] = tuple(int(x) for x in shape)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        raise BadInputError(
-            f"{where}: archive: not a readable .npz file ({_one_line(err)})"
-        ) from None
+            key = "archive"
+    except _READ_ERRORS as err:
+        what = "not a readable .npz file" if key == "archive" else "not a readable .npz member"
+        raise BadInputError(f"{where}: {key}: {what} ({_one_line(err)})") from None
     for key in required:
         if key not in shapes:
             present = ", ".join(sorted(shapes)) or "none"
@@ -217,13 +283,7 @@ def load_sidecar(path: str | os.PathLike[str], n: int) -> Sidecar:
     p = Path(path)
     where = str(p)
     check_archive(p, where, required=())
-    try:
-        with np.load(p, allow_pickle=False) as npz:
-            raw = {key: npz[key] for key in npz.files if key in (*OPTIONAL_KEYS, "labels")}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        raise BadInputError(
-            f"{where}: archive: not a readable .npz file ({_one_line(err)})"
-        ) from None
+    raw = read_members(p, where, (*OPTIONAL_KEYS, "labels"))
     labels = _labels(raw["labels"], where) if "labels" in raw else None
     if labels is not None and labels.shape[0] != n:
         raise BadInputError(f"{where}: labels: {labels.shape[0]} labels for {n} embedding rows")
@@ -259,8 +319,16 @@ def save_sidecar(path: str | os.PathLike[str], side: Sidecar) -> None:
         arrays["fingerprint"] = np.asarray(side.fingerprint, dtype=np.str_)
     if side.meta:
         arrays["meta"] = np.asarray(json.dumps(side.meta, sort_keys=True), dtype=np.str_)
-    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
+    with atomic_path(Path(path), size=archive_size(arrays)) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
+
+
+def read_bundle_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``meta`` object of a bundle or sidecar, reading no other member ({} without one)."""
+    p = Path(path)
+    where = str(p)
+    check_archive(p, where, required=())
+    return _meta(read_members(p, where, ("meta",)), where)
 
 
 def _meta(raw: dict[str, np.ndarray], where: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
-from compat.errors import CompatError
+from compat.errors import CompatError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,10 @@ class EmbeddingCache:
             "content_sha256": content_digest(bundle.embeddings, bundle.labels),
         }
         stored = replace(bundle, meta=meta)
-        save_bundle(self.path(key), stored)
+        try:
+            save_bundle(self.path(key), stored)
+        except StorageError as err:  # a full disk: the result stands, uncached
+            log.warning("warning: %s; going on without caching it", err)
         return stored
 
     def get_or_compute(

@@ -22,13 +22,14 @@ from typing import Literal
 
 import numpy as np
 
+from compat.models.norms import l2_normalize_rows
+
 DimMismatch = Literal["truncate", "pad"]
 DIM_MISMATCH: tuple[str, ...] = ("truncate", "pad")
 
 
 def _l2(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
+    return l2_normalize_rows(x)[0]  # safe at any scale; a zero row stays zero
 
 
 def fit_dim(x: np.ndarray, dim: int, mode: str, *, normalize: bool = True) -> np.ndarray:

@@ -208,9 +208,13 @@ class GalleryReader:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pa.chunked_array(
-            [pq.read_table(s, columns=[name]).column(name).combine_chunks() for s in self.shards]
-        ).combine_chunks()
+        chunks = []
+        for shard in self.shards:
+            try:
+                chunks.append(pq.read_table(shard, columns=[name]).column(name).combine_chunks())
+            except (OSError, pa.ArrowException) as err:
+                raise _unreadable(shard, [name], err) from None
+        return pa.chunked_array(chunks).combine_chunks()
 
     # ------------------------------------------------------------------ reading
     @property
@@ -297,7 +301,6 @@ class GalleryReader:
 
     def _parquet_blocks(self, size: int, skip: Any, with_columns: bool) -> Iterator[Block]:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         cols = ["embedding"]
         if with_columns:
@@ -315,9 +318,7 @@ class GalleryReader:
             return self._to_block(table, block_start, with_columns)
 
         for shard in self.shards:
-            # No pre-buffering: whole column chunks held ahead of decoding would double memory.
-            pf = pq.ParquetFile(shard, pre_buffer=False, buffer_size=1 << 20)
-            for batch in pf.iter_batches(batch_size=size, columns=cols, use_threads=False):
+            for batch in _shard_batches(shard, size, cols):
                 if not pending and batch.num_rows == size:  # the usual case: no copy
                     out = emit(pa.Table.from_batches([batch]))
                     if out is not None:
@@ -359,6 +360,39 @@ class GalleryReader:
                     raise BadInputError(f"{self.where}: label: null values near row {start}")
                 labels = lab.to_numpy().astype(np.int64)
         return Block(start, emb, ids, labels)
+
+
+def _shard_batches(shard: Path, size: int, cols: list[str]) -> Iterator[Any]:
+    """The record batches of one shard; what Arrow cannot decode (a null fixed-size list row,
+    a damaged page) is a one-line error naming the shard and the column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        # No pre-buffering: whole column chunks held ahead of decoding would double memory.
+        pf = pq.ParquetFile(shard, pre_buffer=False, buffer_size=1 << 20)
+        yield from pf.iter_batches(batch_size=size, columns=cols, use_threads=False)
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(shard, cols, err) from None
+
+
+def _unreadable(shard: Path, cols: list[str], err: BaseException) -> BadInputError:
+    """The error for a shard Arrow failed to decode, naming the first column that fails alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    column = cols[0]
+    if len(cols) > 1:
+        for name in cols:
+            try:
+                pf = pq.ParquetFile(shard, pre_buffer=False, buffer_size=1 << 20)
+                for _ in pf.iter_batches(batch_size=65536, columns=[name], use_threads=False):
+                    pass
+            except (OSError, pa.ArrowException):
+                column = name
+                break
+    hint = "; null rows?" if column == "embedding" else ""
+    return BadInputError(f"{shard}: {column}: cannot be read ({_one_line(err)}{hint})")
 
 
 def _finite(x: np.ndarray, where: str, start: int) -> np.ndarray:

@@ -12,6 +12,7 @@ The writers (:func:`compat.evaluate.report.write_report`,
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from compat.io import atomic_path
+from compat.io import storage_errors, write_bytes
 
 
 def _sequence_line(seq: Mapping[str, Any] | None, length: int) -> str:
@@ -42,7 +43,8 @@ def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) ->
     from matplotlib.ticker import MaxNLocator
 
     out_dir = Path(plots_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with storage_errors(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     versions = list(report["chain"])
     for p in report["paragon"].values():
@@ -125,7 +127,8 @@ def plot_backfill(forward: Mapping[str, Any], plots_dir: str | os.PathLike[str])
     from matplotlib.figure import Figure
 
     out_dir = Path(plots_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with storage_errors(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for new, entry in forward.items():
         protocols = list(entry["metrics"])
@@ -164,6 +167,8 @@ def plot_backfill(forward: Mapping[str, Any], plots_dir: str | os.PathLike[str])
 
 
 def _save(fig: Any, path: Path) -> None:
-    """Write a PNG through a temporary file, so a kill never leaves half a picture."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+    """Write a PNG through a temporary file, so a kill never leaves half a picture; drawn in
+    memory first, so a full disk names the bytes the picture needs."""
+    png = io.BytesIO()
+    fig.savefig(png, dpi=110, format="png")
+    write_bytes(path, png.getvalue())

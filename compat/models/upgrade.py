@@ -20,7 +20,8 @@ refuses is saved as this identity (:mod:`compat.train.upgrade`). Cards without `
 (written before it existed) load the plain MLP.
 
 Inputs and outputs are L2-normalised, as galleries store them: :meth:`UpgradeModule.upgrade`
-normalises its input, applies psi and normalises the result. :func:`upgrade_array` is the fast
+normalises its input (:func:`normalize_rows`: rows of any finite scale, 1e20 or 1e-30, reach unit
+length; ordinary rows get the bits of ``F.normalize``), applies psi and normalises the result. :func:`upgrade_array` is the fast
 inference path (BatchNorm folded into the preceding Linear, in-place ReLU, fixed row blocks:
 :mod:`compat.models.rowblocks`) and is tested against the plain eval-mode module.
 
@@ -48,12 +49,29 @@ from compat.models.card import (
     read_upgrade_card,
     write_upgrade_card,
 )
+from compat.models.norms import TINY_NORM
 from compat.models.rowblocks import ROW_BLOCK, map_rows
 from compat.models.version import read_verified
 
 UPGRADE_DIR = "upgrade"
 WEIGHTS = "weights.safetensors"
 BICT_RATIO = 8  # BiCT: d_h = 4096 for 512-d embeddings
+
+
+def normalize_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """``F.normalize(x, dim=1)`` (the same operations, so the same bits) for ordinary rows;
+    a row whose norm overflows float32 (entries near 1e20) or underflows (near 1e-30) is
+    divided by its largest absolute value first, so it too reaches unit length instead of
+    zeros. An all-zero row stays zero."""
+    norms = x.norm(2, 1, keepdim=True)
+    out = x / norms.clamp_min(eps).expand_as(x)
+    bad = ~torch.isfinite(norms[:, 0]) | (norms[:, 0] < TINY_NORM)
+    if bool(bad.any()):
+        rows = x[bad].double()
+        peak = rows.abs().amax(dim=1, keepdim=True)
+        scaled = rows / torch.where(peak > 0, peak, torch.ones_like(peak))
+        out[bad] = F.normalize(scaled, dim=1).to(out.dtype)
+    return out
 
 
 def default_hidden(in_dim: int) -> int:
@@ -101,7 +119,7 @@ class UpgradeModule(nn.Module):
 
     def upgrade(self, x: torch.Tensor) -> torch.Tensor:
         """Stored (L2-normalised) old embeddings -> L2-normalised embeddings in the new space."""
-        return F.normalize(self.forward(F.normalize(x.float(), dim=1)), dim=1)
+        return F.normalize(self.forward(normalize_rows(x.float())), dim=1)
 
     def folded(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(W, b) per Linear with each eval-mode BatchNorm folded in: y = x W^T + b.
@@ -149,7 +167,7 @@ class FoldedUpgrade:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """psi over the rows of ``x`` as one product (its result depends on ``len(x)``: use
         :meth:`apply` for stored rows)."""
-        x0 = F.normalize(x.to(self.device, torch.float32), dim=1)
+        x0 = normalize_rows(x.to(self.device, torch.float32))
         h = x0
         last = len(self.layers) - 1
         for i, (w, b) in enumerate(self.layers):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 
 from compat.contracts.schema import Contract
 from compat.errors import BadInputError, CompatError, NotFoundError
+from compat.io import make_scratch_dir
 from compat.models.card import check_paragon, check_upgrade, read_model_card
 from compat.registry.store import Registry, VersionRecord
 
@@ -63,7 +63,7 @@ def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
     """A registered version's artifact folder, downloaded into a fresh temporary folder."""
     from mlflow.artifacts import download_artifacts
 
-    dst = Path(tempfile.mkdtemp(prefix=f"compat-{rec.name}-"))
+    dst = make_scratch_dir(rec.name)  # a killed process's is removed by the next one made
     atexit.register(shutil.rmtree, dst, True)  # read during this process only
     try:
         return Path(
@@ -92,7 +92,9 @@ def model_folder(reg: Registry, rec: VersionRecord, models_dir: Path) -> Path:
     return download(reg, rec, "model")
 
 
-def bundle_rows(reg: Registry, rec: VersionRecord, manifest: Any) -> np.ndarray:
+def bundle_rows(
+    reg: Registry, rec: VersionRecord, manifest: Any, manifest_where: str = "splits/eval.json"
+) -> np.ndarray:
     """The rows of a version registered from embeddings, in the evaluation set's item order."""
     from compat.embeddings.bundle import load_bundle
 
@@ -100,22 +102,64 @@ def bundle_rows(reg: Registry, rec: VersionRecord, manifest: Any) -> np.ndarray:
     files = sorted(folder.glob("*.npz"))
     if not files:
         raise NotFoundError(f"{rec.name}: no embeddings bundle among its artifacts")
-    b = load_bundle(files[0])
+    return eval_rows(load_bundle(files[0]), manifest, files[0].name, manifest_where)
+
+
+def eval_rows(b: Any, manifest: Any, where: str, manifest_where: str) -> np.ndarray:
+    """``b``'s rows in the order of the evaluation set's items: by ``ids`` when the bundle has
+    them (each evaluation item exactly once among them), else row for row. Either way the
+    bundle's labels must name the evaluation set's classes one to one (a label per class, any
+    integers): rows shuffled against the set, or labelled for another set, are BadInputError
+    (exit 4), never judged."""
     items = list(manifest.items)
     if b.ids is not None:
-        index = {i: k for k, i in enumerate(b.ids)}
+        index: dict[str, int] = {}
+        for k, i in enumerate(b.ids):
+            if index.setdefault(i, k) != k:
+                raise BadInputError(f"{where}: ids: {i!r} appears twice (rows {index[i]} and {k})")
         missing = [i for i in items if i not in index]
         if missing:
             raise BadInputError(
-                f"{files[0].name}: ids: {len(missing)} evaluation item(s) missing, e.g. {missing[:3]}"
+                f"{where}: ids: {len(missing)} evaluation item(s) missing, e.g. {missing[:3]}"
             )
-        return b.embeddings[[index[i] for i in items]]
-    if b.embeddings.shape[0] != len(items):
+        order = np.asarray([index[i] for i in items], dtype=np.int64)
+    else:
+        if b.embeddings.shape[0] != len(items):
+            raise BadInputError(
+                f"{where}: embeddings: {b.embeddings.shape[0]} rows but the evaluation set has "
+                f"{len(items)} items (store ids, or rows in {manifest_where} order)"
+            )
+        order = np.arange(len(items), dtype=np.int64)
+    how = (
+        "by its ids"
+        if b.ids is not None
+        else f"row for row (no ids: rows in {manifest_where} order)"
+    )
+    class_of: dict[int, str] = {}
+    label_of: dict[str, int] = {}
+    for k, (label, cls) in enumerate(zip(b.labels[order].tolist(), manifest.labels, strict=True)):
+        seen_cls, seen_label = class_of.setdefault(label, cls), label_of.setdefault(cls, label)
+        if seen_cls != cls or seen_label != label:
+            what = (
+                f"label {label} is given to classes {seen_cls!r} and {cls!r}"
+                if seen_cls != cls
+                else f"class {cls!r} has labels {seen_label} and {label}"
+            )
+            raise BadInputError(
+                f"{where}: labels: do not match {manifest_where} {how}: {what} (item "
+                f"{items[k]!r}, bundle row {int(order[k])}); store the evaluation set's ids, or "
+                "its rows in order"
+            )
+    rows = b.embeddings[order]
+    from compat.models.norms import products_overflow
+
+    big = products_overflow(rows, rows)
+    if big is not None:  # its self test's scores would be inf: the gate would rank nothing
         raise BadInputError(
-            f"{files[0].name}: embeddings: {b.embeddings.shape[0]} rows but the evaluation set has {len(items)} "
-            "items (store ids, or rows in splits/eval.json order)"
+            f"{where}: embeddings: row {int(order[big[2]])} has norm {big[0]:.3g}: inner products "
+            "of its rows overflow float32; store L2-normalised rows"
         )
-    return b.embeddings
+    return rows
 
 
 def gather_embeddings(
@@ -131,7 +175,7 @@ def gather_embeddings(
     for name in names:
         rec = records[name]
         if rec.tags.get("compat.kind") == "embeddings":
-            out[name] = bundle_rows(reg, rec, manifest)
+            out[name] = bundle_rows(reg, rec, manifest, str(paths.eval_manifest))
         else:
             weights[name] = registered_weights(rec)
     data_fp = ""
@@ -233,6 +277,7 @@ __all__ = [
     "bundle_rows",
     "check_paragon_split",
     "download",
+    "eval_rows",
     "gather_embeddings",
     "is_model",
     "model_folder",

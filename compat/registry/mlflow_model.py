@@ -11,9 +11,9 @@ weights), and ``code/compat`` holds the compat code that builds the architecture
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
+from compat.io import scratch_dir
 from compat.models.card import ModelCard
 from compat.registry.store import Registry
 
@@ -58,7 +58,7 @@ def build_model_folder(folder: Path, card: ModelCard, dst: Path) -> Path:
     import mlflow
     from mlflow.models import Model
 
-    with tempfile.TemporaryDirectory(prefix="compat-code-") as tmp, warnings.catch_warnings():
+    with scratch_dir("code") as tmp, warnings.catch_warnings():
         # MLflow suggests an input example; the signature already says what goes in.
         warnings.filterwarnings("ignore", message=".*input example.*")
         code = Path(tmp) / "compat"
@@ -92,7 +92,7 @@ def build_model_folder(folder: Path, card: ModelCard, dst: Path) -> Path:
 
 def log_model(reg: Registry, run_id: str, folder: Path, card: ModelCard) -> None:
     """Log the version in ``folder`` as the run's ``model/`` artifact folder (an MLflow model)."""
-    with tempfile.TemporaryDirectory(prefix="compat-model-") as tmp:
+    with scratch_dir("model") as tmp:
         dst = build_model_folder(folder, card, Path(tmp) / "model")
         reg.call("log_artifacts", run_id, str(dst), "model")
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from compat.contracts.gate import CHECK_FIELDS, Verdict
+from compat.io import scratch_dir
 from compat.registry.describe import describe
 from compat.registry.store import Registry, VersionRecord, tag_key
 
@@ -256,8 +256,8 @@ def record_verdict(
         return
     now = int(time.time() * 1000)
     log_metrics(reg, rec.run_id, [(k, v, now, 0) for k, v in verdict_metrics(verdict).items()])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"promote-{report['when'].replace(':', '').replace('.', '')}.json"
+    with scratch_dir("report") as tmp:
+        path = tmp / f"promote-{report['when'].replace(':', '').replace('.', '')}.json"
         path.write_bytes(blob)
         reg.call("log_artifact", rec.run_id, str(path), "reports")
     for folder, files in evaluation_files(rec.name, plots, metrics).items():

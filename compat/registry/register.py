@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from compat.errors import BadInputError, NotFoundError
-from compat.io import sha256_file
+from compat.io import make_scratch_dir, sha256_file
 from compat.models.card import EmbeddingsCard, ModelCard, read_model_card
 from compat.registry.mlflow_model import log_model
 from compat.registry.record import log_training
@@ -173,7 +172,9 @@ def _card_from_embeddings(
     contract = load_contract(contract_path)
     b = load_gallery(bundle)  # .npz, .npy or Parquet; registered as an .npz bundle
     if format_of(bundle) != "npz":
-        bundle = save_bundle(Path(tempfile.mkdtemp(prefix="compat-emb-")) / f"{bundle.stem}.npz", b)
+        converted = make_scratch_dir("emb")
+        scratch.append(converted)  # removed whatever happens next (a refusal included)
+        bundle = save_bundle(converted / f"{bundle.stem}.npz", b)
     dim = b.embeddings.shape[1]
     if dim != contract.embedding_dim:
         raise BadInputError(
@@ -191,7 +192,7 @@ def _card_from_embeddings(
         data={"eval_fingerprint": b.fingerprint},
         weights_sha256=sha256_file(bundle),
     )
-    folder = Path(tempfile.mkdtemp(prefix="compat-card-"))
+    folder = make_scratch_dir("card")
     scratch.append(folder)
     path = card.write(folder)
     return card, {"model": [path], "embeddings": [bundle]}, "embeddings"

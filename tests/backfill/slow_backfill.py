@@ -17,8 +17,8 @@ _atomic_path = apply_module.atomic_path
 
 
 @contextlib.contextmanager
-def _slow_atomic_path(path: str | Path) -> Iterator[Path]:
-    with _atomic_path(path) as tmp:
+def _slow_atomic_path(path: str | Path, size: int | None = None) -> Iterator[Path]:
+    with _atomic_path(path, size) as tmp:
         yield tmp
     if Path(path).name.startswith("batch-"):
         time.sleep(0.25)

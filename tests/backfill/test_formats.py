@@ -103,13 +103,14 @@ def test_any_batch_size_gives_the_bits_of_the_in_memory_path(tmp_path, kit, batc
     np.testing.assert_array_equal(got.embeddings[~up], before.embeddings[~up])
 
 
-def test_parquet_output_replaces_an_older_folder_whole(psi_and_gallery):
+def test_parquet_output_replaces_an_older_backfill_output_whole(psi_and_gallery):
     root = psi_and_gallery[0]
     out = root / "up"
-    out.mkdir()
-    (out / "stale.parquet").write_bytes(b"old")
-    backfill(root / "g.npz", out, source="v1", target="v2",
-             psi_dir=root / "models" / "v2" / "upgrade", batch_size=20, progress=False)  # fmt: skip
+    kw = {"source": "v1", "target": "v2", "psi_dir": root / "models" / "v2" / "upgrade",
+          "progress": False}  # fmt: skip
+    backfill(root / "g.npz", out, batch_size=10, **kw)  # 5 shards
+    assert len(list(out.glob("batch-*.parquet"))) == 5
+    backfill(root / "g.npz", out, batch_size=20, **kw)  # replaces them with 3
     assert sorted(p.name for p in out.iterdir()) == [
         "_compat.json", "batch-000000.parquet", "batch-000001.parquet", "batch-000002.parquet"
     ]  # fmt: skip

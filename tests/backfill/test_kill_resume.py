@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compat.backfill.apply import work_dir_for
+from compat.backfill.apply import lock_path_for, work_dir_for
 from compat.embeddings.bundle import Sidecar, save_sidecar
 from compat.embeddings.formats import load_gallery
 from compat.io import sha256_file
@@ -54,16 +54,17 @@ def test_sigkill_then_rerun_resumes_and_matches(tmp_path, kit, src, dst):
     )
     deadline = time.time() + 120
     while time.time() < deadline and victim.poll() is None:
-        if len(list(work.glob("batch-*"))) >= 3:
+        if len(list(work.glob("batch-*.sha256"))) >= 3:  # a batch is finished with its sha256
             break
         time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL, victim.stderr.read().decode()[-2000:]
-    saved = len(list(work.glob("batch-*")))
+    saved = len(list(work.glob("batch-*.sha256")))
     assert 3 <= saved < 20
     assert not out.exists()  # the output appears only when complete
     assert not list(tmp_path.glob(f".{dst}.*.tmp"))
+    assert lock_path_for(out).exists()  # a killed run cannot remove its lock file: the next does
 
     done = subprocess.run(
         _cmd(tmp_path, out, gallery=src), env=env, capture_output=True, timeout=120
@@ -75,5 +76,6 @@ def test_sigkill_then_rerun_resumes_and_matches(tmp_path, kit, src, dst):
     got = load_gallery(out)
     np.testing.assert_allclose(got.embeddings, upgrade_array(psi, gallery.embeddings), atol=1e-6)
     assert got.row_versions == ["v2"] * 200
-    assert not work.exists()
+    assert not work.exists() and not lock_path_for(out).exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
     assert sha256_file(tmp_path / src) == digest

@@ -234,3 +234,34 @@ def test_index_errors(files, args, code, text):
     r = runner.invoke(app, ["score", "-q", q, "-g", g, *args])
     assert r.exit_code == code, r.output
     assert text in r.stderr and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-30, 3e38])
+def test_cosine_metrics_do_not_depend_on_a_rows_scale(files, scale):
+    """Finite float32 rows whose squared norm overflows (1e20) or underflows (1e-30) are
+    normalised safely: the cosine metrics equal those of the unscaled rows (issue 30 item 8)."""
+    q, g, root = files
+    with np.load(q) as z:
+        emb, labels = z["embeddings"], z["labels"]
+    peak = np.abs(emb).max()
+    scaled = (emb.astype(np.float64) * (scale / peak)).astype(np.float32)
+    assert np.isfinite(scaled).all() and (scaled != 0).any(axis=1).all()
+    big = _save(root / "big.npz", embeddings=scaled, labels=labels)
+    base = runner.invoke(app, ["score", "-q", q, "-g", g, "--json"])
+    got = runner.invoke(app, ["score", "-q", big, "-g", g, "--json"])
+    assert base.exit_code == 0 and got.exit_code == 0, got.output
+    want, have = json.loads(base.stdout), json.loads(got.stdout)
+    assert have["top1"] > 0.5
+    for key in KEYS:
+        assert have[key] == pytest.approx(want[key], abs=1e-9), key
+
+
+def test_raw_inner_products_that_overflow_are_refused(files):
+    q, _, root = files
+    with np.load(q) as z:
+        emb, labels = z["embeddings"] * np.float32(1e20), z["labels"]
+    big = _save(root / "big.npz", embeddings=emb, labels=labels)
+    r = runner.invoke(app, ["score", "-q", big, "-g", big, "--no-normalize"])
+    assert r.exit_code == 4
+    [line] = r.output.strip().splitlines()
+    assert "big.npz: embeddings: row " in line and "overflows float32 inner products" in line

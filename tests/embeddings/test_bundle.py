@@ -160,3 +160,122 @@ def test_dataclass_rejects_inconsistent_arrays():
         EmbeddingBundle(np.ones((2, 2)), np.array([1]))
     with pytest.raises(ValueError, match="ids"):
         EmbeddingBundle(np.ones((2, 2)), np.array([1, 2]), ids=["a"])
+
+
+# -- only the members compat needs are read, each after its header (issue 30 items 11, 14) -------
+
+
+def _patch_member(path, member: str, *, method: int | None = None, flags: int | None = None):
+    """Rewrite a member's compression method or flag bits in its local and central headers
+    (what an archive made by another zip tool, deflate64 or encrypted, carries)."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    for sig, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+        start = 0
+        while (i := data.find(sig, start)) >= 0:
+            start = i + 4
+            if data[i + name_at : i + name_at + len(name)] != name:
+                continue
+            if flags is not None:
+                struct.pack_into("<H", data, i + flag_at, flags)
+            if method is not None:
+                struct.pack_into("<H", data, i + flag_at + 2, method)
+    path.write_bytes(bytes(data))
+
+
+def test_a_member_compat_does_not_need_is_never_decompressed(tmp_path, monkeypatch):
+    import zipfile
+
+    path = tmp_path / "g.npz"  # plus an .npy of 64 MiB of zeros: it compresses to 64 kB
+    _write(path, embeddings=np.eye(4, dtype=np.float32), labels=np.arange(4))
+    with (
+        zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as z,
+        z.open("padding.npy", "w", force_zip64=True) as f,
+    ):
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "|u1", "fortran_order": False, "shape": (64 << 20,)}
+        )
+        chunk = bytes(1 << 20)
+        for _ in range(64):
+            f.write(chunk)
+    opened: list[str] = []
+    real_open = zipfile.ZipFile.open
+
+    def recording_open(self, name, *a, **k):
+        opened.append(getattr(name, "filename", name))
+        return real_open(self, name, *a, **k)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", recording_open)
+    b = load_bundle(path)
+    assert len(b) == 4
+    assert "padding.npy" not in opened and set(opened) == {"embeddings.npy", "labels.npy"}
+
+
+def test_a_huge_extra_member_costs_no_memory(tmp_path):
+    """The issue's case, measured: 1 GiB of zeros beside a small bundle (peak RSS, a fresh
+    interpreter); it used to be decompressed whole."""
+    import subprocess
+    import sys
+    import zipfile
+
+    path = tmp_path / "g.npz"
+    _write(path, embeddings=np.eye(4, dtype=np.float32), labels=np.arange(4))
+    with (
+        zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z,
+        z.open("extra.npy", "w", force_zip64=True) as f,
+    ):
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "|u1", "fortran_order": False, "shape": (1 << 30,)}
+        )
+        chunk = bytes(16 << 20)
+        for _ in range(64):
+            f.write(chunk)
+    code = (
+        "import resource, sys\n"
+        "from compat.embeddings.bundle import load_bundle\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "load_bundle(sys.argv[1])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert int(out.stdout) < 64 * 1024  # kB: under 64 MiB more, not the 1 GiB member
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"flags": 0x1}, "embeddings: the member is encrypted"),
+        ({"method": 9}, "embeddings: compressed with deflate64 (zip method 9)"),
+        ({"method": 98}, "embeddings: compressed with PPMd (zip method 98)"),
+        ({"method": 14}, "embeddings: not a readable .npz member"),  # LZMA: garbage to it
+    ],
+    ids=["encrypted", "deflate64", "ppmd", "lzma-damaged"],
+)
+def test_members_compat_cannot_decompress_are_one_line_errors(tmp_path, patch, message):
+    import zipfile
+
+    path = tmp_path / "g.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for key, arr in (("embeddings", np.eye(4, dtype=np.float32)), ("labels", np.arange(4))):
+            with z.open(f"{key}.npy", "w") as f:
+                np.lib.format.write_array(f, arr)
+    _patch_member(path, "embeddings.npy", **patch)
+    with pytest.raises(BadInputError) as info:
+        load_bundle(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+    assert "\n" not in str(info.value)
+
+
+def test_lzma_and_bzip2_members_zipfile_reads_are_read(tmp_path):
+    import zipfile
+
+    for method in (zipfile.ZIP_LZMA, zipfile.ZIP_BZIP2):
+        path = tmp_path / f"g{method}.npz"
+        with zipfile.ZipFile(path, "w", compression=method) as z:
+            for key, arr in (("embeddings", np.eye(3, dtype=np.float32)), ("labels", np.arange(3))):
+                with z.open(f"{key}.npy", "w") as f:
+                    np.lib.format.write_array(f, arr)
+        np.testing.assert_array_equal(load_bundle(path).embeddings, np.eye(3))

@@ -195,3 +195,24 @@ def test_the_8m_by_128_bomb_is_refused_in_under_a_second(tmp_path):
     with pytest.raises(BadInputError, match=r"declares shape \(8000000, 128\)"):
         B.load_bundle(tmp_path / "bomb.npz")
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_a_null_embedding_row_names_the_shard_and_column(tmp_path):
+    """Arrow itself cannot decode a null fixed-size-list row (ArrowInvalid): one line, exit 4."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from compat.embeddings.formats import load_gallery
+
+    folder = tmp_path / "g"
+    folder.mkdir()
+    x = np.ones((6, 4), np.float32)
+    mask = pa.array([False, False, True, False, False, False])
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 4, mask=mask)
+    pq.write_table(pa.table({"id": list("abcdef"), "embedding": emb, "label": range(6)}),
+                   folder / "p.parquet")  # fmt: skip
+    for read in (load_gallery, lambda p: list(GalleryReader(p).blocks(4))):
+        with pytest.raises(BadInputError) as info:
+            read(folder)
+        assert str(info.value).startswith(f"{folder / 'p.parquet'}: embedding: cannot be read (")
+        assert "null rows?" in str(info.value)

@@ -230,3 +230,56 @@ def test_runner_with_weights_of_loads_a_model_only_on_a_cache_miss(tmp_path):
     shas["v1"] = ""
     with pytest.raises(BadInputError, match="v1: card: weights_sha256: missing or empty"):
         run()
+
+
+def _evaluate_stage(monkeypatch, report):
+    """The evaluate stage's script with its inputs faked: it writes ``report``."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("stage_evaluate", root / "stages" / "evaluate.py")
+    stage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage)
+    monkeypatch.setattr(stage, "load_config", lambda *a: None)
+    monkeypatch.setattr("compat.data.split.load_eval_manifest", lambda path: None)
+    monkeypatch.setattr("compat.data.sources.open_source", lambda path: SimpleNamespace(
+        load=None, fingerprint="f"))  # fmt: skip
+    monkeypatch.setattr(stage, "run_evaluation", lambda *a, **k: report)
+    return stage
+
+
+@pytest.mark.parametrize("real", [False, True], ids=["injected", "tmpfs"])
+def test_the_evaluate_stage_on_a_full_disk_is_exit_5_in_one_line(
+    tmp_path, monkeypatch, capsys, small_disk, real
+):
+    """issue 31 item 2: the evaluate stage ended in an OSError traceback on a full disk."""
+    manifest, emb = synthetic()
+    rep = evaluate_chain(manifest, emb, EvaluateConfig(chain=["v1", "v2"], bootstrap=20))
+    stage = _evaluate_stage(monkeypatch, rep)
+    if real:
+        out = small_disk("96k")  # the metrics fit, the plots do not
+    else:
+        out = tmp_path / "out"
+        import compat.evaluate.plots as plots
+
+        monkeypatch.setattr(plots, "write_bytes", _write_fails)
+    code = stage.main(["--metrics", str(out / "metrics"), "--plots", str(out / "plots")])
+    err = capsys.readouterr().err
+    assert code == 5, err
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"error: {out}/plots/") and ".png: cannot write: no space left" in line
+    assert "Traceback" not in err
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*"))
+
+
+def _write_fails(path, data):
+    """compat.io.write_bytes with the disk filling up half-way through."""
+    import errno
+    import os
+
+    from compat.io import atomic_path
+
+    with atomic_path(path, size=len(data)) as tmp:
+        tmp.write_bytes(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

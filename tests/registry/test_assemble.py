@@ -121,3 +121,72 @@ def test_upgraded_parent_checks_psi_then_upgrades(tmp_path):
     A.upgraded_parent(_contract(), bundles, paths, emb)
     with pytest.raises(BadInputError, match=r"psi takes 4-dim rows, v1's embeddings have 3$"):
         A.upgraded_parent(_contract(), records, paths, {**emb, "v1": np.eye(3, dtype=np.float32)})
+
+
+# -- a registered bundle must be the evaluation set's rows (issue 30 item 9) ---------------------
+
+
+def _manifest():
+    return SimpleNamespace(items=["i0", "i1", "i2", "i3"], labels=["a", "a", "b", "b"])
+
+
+def _b(ids, labels):
+    from compat.embeddings.bundle import EmbeddingBundle
+
+    emb = np.arange(8, dtype=np.float32).reshape(4, 2)
+    return EmbeddingBundle(embeddings=emb, labels=np.asarray(labels), ids=ids)
+
+
+def test_rows_are_put_in_the_evaluation_sets_order_by_ids():
+    rows = A.eval_rows(_b(["i2", "i0", "i3", "i1"], [7, 3, 7, 3]), _manifest(), "v2.npz", "e.json")
+    np.testing.assert_array_equal(rows[:, 0], [2, 6, 0, 4])  # bundle rows 1, 3, 0, 2
+    # without ids, rows in order with any integers naming the classes one to one
+    rows = A.eval_rows(_b(None, [9, 9, 1, 1]), _manifest(), "v2.npz", "e.json")
+    np.testing.assert_array_equal(rows[:, 0], [0, 2, 4, 6])
+
+
+@pytest.mark.parametrize(
+    ("ids", "labels", "message"),
+    [
+        (None, [0, 1, 0, 1], r"v2\.npz: labels: do not match e\.json row for row \(no ids: rows "
+         r"in e\.json order\): class 'a' has labels 0 and 1 \(item 'i1', bundle row 1\)"),
+        (None, [0, 0, 0, 1], r"label 0 is given to classes 'a' and 'b' \(item 'i2'"),
+        (["i2", "i0", "i3", "i1"], [3, 3, 7, 7], r"do not match e\.json by its ids: class 'a' "
+         r"has labels 3 and 7"),
+        (["i0", "i0", "i2", "i3"], [0, 0, 1, 1], r"ids: 'i0' appears twice \(rows 0 and 1\)"),
+    ],
+    ids=["shuffled-no-ids", "merged-classes", "ids-with-wrong-labels", "duplicate-id"],
+)  # fmt: skip
+def test_rows_that_are_not_the_evaluation_sets_are_refused(ids, labels, message):
+    with pytest.raises(BadInputError, match=message):
+        A.eval_rows(_b(ids, labels), _manifest(), "v2.npz", "e.json")
+
+
+def test_rows_whose_inner_products_overflow_are_refused():
+    b = _b(None, [0, 0, 1, 1])
+    b.embeddings[2] = [3e19, 1e19]  # finite float32; its squared norm is not
+    with pytest.raises(BadInputError, match=r"v2\.npz: embeddings: row 2 has norm 3\.16e\+19"):
+        A.eval_rows(b, _manifest(), "v2.npz", "e.json")
+
+
+def test_a_shuffled_bundle_is_refused_at_the_gate(project):
+    """The issue's case end to end: rows shuffled against splits/eval.json, without ids, so
+    the labels disagree with the split: promote exits 4 instead of gating it."""
+    from typer.testing import CliRunner
+
+    from compat.cli.main import app
+    from compat.embeddings.bundle import EmbeddingBundle, save_bundle
+
+    runner = CliRunner()
+    project.register("v1", noise=1.5, seed=1)
+    project.contract("v2", parent="v1")
+    perm = np.random.default_rng(0).permutation(len(project.items))
+    path = project.root / "bundles" / "v2.npz"
+    save_bundle(path, EmbeddingBundle(embeddings=project.embeddings(0.8, 2)[perm],
+                                      labels=project.codes[perm], version="v2"))  # fmt: skip
+    assert runner.invoke(app, ["register", "v2", "--embeddings", str(path)]).exit_code == 0
+    assert runner.invoke(app, ["promote", "v1"]).exit_code == 0
+    r = runner.invoke(app, ["promote", "v2", "--against", "v1", "--dry-run"])
+    assert r.exit_code == 4, r.output
+    [line] = r.output.strip().splitlines()
+    assert line.startswith("error: v2.npz: labels: do not match splits/eval.json row for row")

@@ -30,3 +30,39 @@ def test_register_from_npy_and_parquet_then_promote(project):
     assert runner.invoke(app, ["promote", "v1"]).exit_code == 0
     r = runner.invoke(app, ["promote", "v2", "--against", "v1"])
     assert r.exit_code == 0, r.output
+
+
+def test_no_command_leaves_a_temporary_folder(project, monkeypatch):
+    """issue 30 item 3: a refused Parquet bundle left a compat-emb-* folder in TMPDIR. Every
+    exit path of register (refused, registered, no-op) and promote leaves TMPDIR as it was."""
+    import os
+    import subprocess
+    import sys
+
+    scratch = project.root / "tmpdir"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    project.contract("v1")
+    project.contract("v2", parent="v1", dim=16)
+    ids = np.asarray(list(project.items))
+    (project.root / "bundles" / "wide").mkdir()
+    write_shard(project.root / "bundles" / "wide" / "a.parquet", ids,
+                np.ones((len(ids), 8), np.float32), project.codes, None)  # fmt: skip
+    r = runner.invoke(app, ["register", "v1", "--embeddings", "bundles/wide"])
+    assert r.exit_code == 4 and "dimension 8 but" in r.output, r.output
+    assert list(scratch.iterdir()) == []
+    for version, seed in (("v1", 1), ("v2", 2)):
+        folder = project.root / "bundles" / version
+        folder.mkdir()
+        write_shard(folder / "a.parquet", ids, project.embeddings(0.8, seed), project.codes, None)
+        for _ in range(2):  # registered, then the same again: a no-op
+            r = runner.invoke(app, ["register", version, "--embeddings", str(folder)])
+            assert r.exit_code == 0, r.output
+            assert list(scratch.iterdir()) == []
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    for args in (["promote", "v1"], ["promote", "v2", "--against", "v1", "--dry-run"]):
+        proc = subprocess.run([sys.executable, "-m", "compat.cli.main", *args], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        assert list(scratch.iterdir()) == [], args
