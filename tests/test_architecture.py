@@ -35,7 +35,7 @@ FLOORS: list[set[str]] = [
         "errors",
         "io",
         "catalog",
-        "rowblocks",
+        "names",
     },  # the ground floor ("compat": __init__.py)
 ]
 GROUND = FLOORS[-1]

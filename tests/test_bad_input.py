@@ -463,7 +463,7 @@ ROUND3 = [
          4, ("params.yaml: data", "images_per_class", "GiB limit")),
     Case("split-pairs-unbounded", "split",
          lambda t: ["--params", _params(t, "split: {eval: {pairs: 10000000000000}}\n")], 4,
-         ("params.yaml: split.eval.pairs", "less than or equal to 10000000")),
+         ("params.yaml: split.eval.pairs", "between 2 and 10,000,000 pairs")),
     Case("train-dim-unbounded", "train", lambda t: _train_params(t, "{dim: 1000000000000}"), 4,
          ("params.yaml: train.v1.dim", "less than or equal to 65536")),
     Case("evaluate-device-bogus", "evaluate",

@@ -116,7 +116,7 @@ def test_score_truncate_equals_scoring_the_first_coordinates(tmp_path):
     r = runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "--dim-mismatch", "truncate"])
     assert r.exit_code == 0, r.output
     by_hand = runner.invoke(app, ["score", "-q", sliced, "-g", g, "--json"])
-    assert json.loads(r.stdout) == json.loads(by_hand.stdout)
+    assert json.loads(r.stdout)["protocols"] == json.loads(by_hand.stdout)["protocols"]
     r = runner.invoke(app, ["score", "-q", q, "-g", g, "--json", "--dim-mismatch", "pad"])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["score", "-q", q, "-g", g, "--dim-mismatch", "crop"])
