@@ -297,7 +297,9 @@ def test_score_table_off_a_terminal_shows_every_number_whole(tmp_path, monkeypat
     with open(path, "wb") as f:
         np.savez(f, embeddings=emb, labels=labels)
     args = ["score", "-q", str(path), "-g", str(path), "-p", "identification"]
-    values = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    values = json.loads(runner.invoke(app, [*args, "--json"]).stdout)["protocols"][
+        "identification"
+    ]["metrics"]
     r = runner.invoke(app, args, env={"COLUMNS": "40"})
     assert r.exit_code == 0, r.output
     assert "…" not in r.stdout and path.name in r.stdout

@@ -28,8 +28,9 @@ def _fit_psi(project, folder, source="v1", target="v2"):
 
     torch.set_num_threads(1)
     old, new = project.embeddings(1.5, 1), project.embeddings(0.8, 2)
+    # Nothing held out (the plumbing test), so the held-out refusal is off explicitly.
     cfg = UpgradeConfig(
-        hidden=64, epochs=60, batch_size=32, lr=3e-3, device="cpu", val_fraction=0.0
+        hidden=64, epochs=60, batch_size=32, lr=3e-3, device="cpu", val_fraction=0.0, refuse=False
     )
     fit = fit_upgrade(old, new, cfg, progress=False, quiet=True)
     save_upgrade(folder, fit.psi, {"from": source, "to": target, "loss": "mse"})
