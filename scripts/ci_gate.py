@@ -21,7 +21,7 @@
    ``gate-report.json`` (what ``compat promote --json`` prints, or the error) and as
    ``gate-report`` in markdown (the step summary), which the workflow uploads.
 
-Every option is passed on to what it names (tests/scripts/test_ci_gate.py fails when one is
+Every option is passed on to what it names (tests/registry/test_ci_gate.py fails when one is
 accepted but ignored). The exit code is compat's (0 pass, 1 a criterion failed, 2 usage,
 3 not found, 4 bad input, 5 registry unreachable, 6 production moved meanwhile); ``dvc pull``
 failing is 5.

@@ -360,6 +360,8 @@ def promote_summary(report: Mapping[str, Any], run_url: str | None = None) -> st
     lines += [f"- {_md(m)}" for m in extra]
     if run_url:
         lines += ["", f"MLflow run of {version}: {run_url}"]
+    elif report.get("run_id"):  # a store no browser reaches by URL: the id finds it in the UI
+        lines += ["", f"MLflow run of {version}: `{report['run_id']}`"]
     return "\n".join(lines) + "\n\n"
 
 

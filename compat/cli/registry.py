@@ -166,13 +166,17 @@ def promote_cmd(
             dry_run=dry_run,
             rollback=rollback,
         )
-        run_url = None if dry_run else reg.run_url(reg.get(version).run_id)
+        # the version's run (registered before any verdict): linked on a dry run too, so a
+        # pull request's summary leads to the candidate's training and evaluation
+        run_id = reg.get(version).run_id
+        run_url = reg.run_url(run_id)
     report = {
         **outcome.report,
         "moved": outcome.moved,
         "messages": outcome.messages,
         "warnings": outcome.warnings,
         "checks": outcome.verdict.checks(),
+        "run_id": run_id,
         "run_url": run_url,
     }
     for w in outcome.warnings:
@@ -296,7 +300,7 @@ def show_cmd(
     version: str = typer.Argument(...), uri: str | None = UriOption, as_json: bool = JsonOption
 ) -> None:
     """Show one version: tags, description, alias."""
-    from compat.registry.record import checks_from_tags
+    from compat.registry.record import checks_from_tags, gains_from_tags
 
     with exit_on_error():
         reg = _registry(uri, read=True)
@@ -304,6 +308,7 @@ def show_cmd(
             raise _no_store_error(reg)
         rec = reg.get(version)
         prod = reg.production_mlflow_version()
+        _warn_drift(reg)
     info = {
         "version": rec.name,
         "mlflow_version": output.as_int(rec.mlflow_version),
@@ -315,24 +320,22 @@ def show_cmd(
         "dim": output.as_int(rec.tags.get("compat.dim")),
         "checks": checks_from_tags(rec.tags),
         "verdict_kind": rec.tags.get("compat.verdict.kind") or None,
-        "gain": {
-            k[len("compat.gain.") :]: output.as_float(v)
-            for k, v in rec.tags.items()
-            if k.startswith("compat.gain.")
-        },
+        "gain": gains_from_tags(rec.tags),
         "tags": rec.tags,
         "description": rec.description,
     }
     if as_json:
         _echo_json(info)
         return
-    from compat.registry.record import CHECKS_TAG
+    from compat.registry.record import CHECKS_TAG, GAINS_TAG
 
     fields = [
         ["production", output.human(info["production"])],
         ["run", output.human(rec.run_id)],
     ]
-    fields += [[k, rec.tags[k] or "-"] for k in sorted(rec.tags) if k != CHECKS_TAG]
+    fields += [
+        [k, rec.tags[k] or "-"] for k in sorted(rec.tags) if k not in (CHECKS_TAG, GAINS_TAG)
+    ]
     output.print_table(
         ("field", "value"),
         fields,
@@ -341,6 +344,10 @@ def show_cmd(
     )
     if info["checks"]:
         print_checks(info["checks"], f"{version}: recorded checks")
+    for protocol, per in info["gain"].items():
+        for metric, g in per.items():
+            if metric != "*":  # a verdict recorded before compat.gains: the tag row says it
+                output.say(output.gain_line(protocol, metric, g))
     if rec.description:
         output.say(rec.description)
 
@@ -361,6 +368,7 @@ def chain_cmd(
         if _store_missing(reg):
             raise _no_store_error(reg)
         result = lineage(reg, version)
+        _warn_drift(reg)
     if as_json:
         _echo_json(result)
         return
@@ -427,7 +435,14 @@ def verify_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     """Check that `production` is where the promotion log's last committed move put it (exit 6 if not)."""
     from compat.registry.drift import DriftError, verify
 
-    with exit_on_error():
+    def failed(err: Any) -> None:
+        # --json always prints one object: a registry that cannot be read is one too (its
+        # fields unknown, ``error`` the exit code), so a script parses stdout in every case
+        if as_json:
+            keys = ("production", "logged", "log", "registry", "drift")
+            _echo_json({**dict.fromkeys(keys), "message": err.message, "error": err.exit_code})
+
+    with exit_on_error(failed):
         reg = _registry(uri, read=True)
         if _store_missing(reg):
             raise _no_store_error(reg)
@@ -437,10 +452,10 @@ def verify_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
             if not as_json:
                 raise
             # A script gets the same object either way; the exit code still says drift.
-            _echo_json({**err.result, "message": err.message})
+            _echo_json({**err.result, "message": err.message, "error": err.exit_code})
             raise typer.Exit(err.exit_code) from None
     if as_json:
-        _echo_json({**result, "message": None})
+        _echo_json({**result, "message": None, "error": None})
         return
     where = result["production"] or "unset"
     typer.echo(f"production is {where}, as the promotion log says ({result['log']})")

@@ -318,7 +318,10 @@ def judge(
                 gain = gain.not_meaningful("check failed: " + "; ".join(failed))
             verdict.gain.setdefault(p, {})[m] = {"paragon": paragon, **gain.to_json()}
         for r in verdict.results:
-            _attach_gain(r, comparisons[r.protocol], new, paragon, verdict.gain, contract.parent)
+            _attach_gain(
+                r, comparisons[r.protocol], new, paragon, verdict.gain, contract.parent,
+                verdict.results,
+            )  # fmt: skip
     return verdict
 
 
@@ -329,6 +332,7 @@ def _attach_gain(
     paragon: str,
     gains: dict[str, Any],
     parent: str,
+    results: list[CriterionResult],
 ) -> None:
     """The update gain of a ``cross > self_parent`` check's pair against the paragon (BCT
     Eq. 9; for the parent, the verdict's gain; for an older gallery, that pair's own)."""
@@ -343,8 +347,11 @@ def _attach_gain(
         return
     gain = comparison.gain((new, r.gallery), (r.gallery, r.gallery), (paragon, paragon), r.metric,
                            interval=False).gain  # fmt: skip
-    if gain.value is not None and not r.passed:
-        gain = gain.not_meaningful("check failed: " + r.failure())
+    # as for the parent: any failed check of this pair (new on that gallery, any metric)
+    failed = [x.failure() for x in results if x.gallery == r.gallery and x.role == r.role
+              and not x.passed]  # fmt: skip
+    if gain.value is not None and failed:
+        gain = gain.not_meaningful("check failed: " + "; ".join(failed))
     r.gain = gain.value
     r.gain_meaningful = gain.meaningful if gain.value is not None else None
 

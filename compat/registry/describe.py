@@ -1,7 +1,7 @@
 """The registered version's description: the gate's verdict written for people.
 
-MLflow shows it on the version page (rendered as markdown) and ``compat log`` prints it, so it
-reads as text in both: a sentence with the verdict, a blank line, one ``- `` line per check and
+MLflow shows it on the version page (rendered as markdown) and ``compat show`` prints it, so
+it reads as text in both: a sentence with the verdict, a blank line, one ``- `` line per check and
 per update gain, a blank line, the promotion it was written for. Every protocol metric is a
 rate in [0, 1] (CMC top-k, mAP, TPIR@FPIR, TAR@FAR; docs/reference.md), so values read as
 percentages and differences as percentage points, rounded to one decimal; a missing value reads

@@ -45,6 +45,7 @@ def metric_key(*parts: str) -> str:
 
 
 CHECKS_TAG = "compat.checks"
+GAINS_TAG = "compat.gains"
 MAX_TAG_VALUE = 100_000  # MLflow's limit on a model version tag's value
 
 
@@ -68,11 +69,43 @@ def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
             if r.difference is not None
             else "fail n/a"
         )
+    if verdict.gain:
+        gains = json.dumps(verdict.gain, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        if len(gains) <= MAX_TAG_VALUE:
+            tags[GAINS_TAG] = gains
     for p, per in verdict.gain.items():
-        values = [g["value"] for g in per.values() if g.get("value") is not None]
-        if values:
-            tags[f"compat.gain.{p}"] = f"{values[0]:.4f}"
+        first = next((g for g in per.values() if g.get("value") is not None), None)
+        if first is not None:  # a glance in MLflow's UI; never a bare number when it means nothing
+            flag = "" if first.get("meaningful") else " (not meaningful)"
+            tags[f"compat.gain.{p}"] = f"{first['value']:.4f}{flag}"
     return tags
+
+
+def gains_from_tags(tags: dict[str, str]) -> dict[str, Any]:
+    """The update gains the gate recorded (``compat.gains``: protocol -> metric -> ``{paragon,
+    value, meaningful, reason}``, as promote's ``--json`` has them); for a verdict recorded
+    before that tag existed, the ``compat.gain.<protocol>`` tags (first metric; meaningful
+    unknown, so null)."""
+    raw = tags.get(GAINS_TAG)
+    if raw:
+        try:
+            gains = json.loads(raw)
+        except ValueError:
+            gains = None
+        if isinstance(gains, dict):
+            return gains
+    out: dict[str, Any] = {}
+    for key, value in tags.items():
+        if key.startswith("compat.gain.") and key != GAINS_TAG:
+            number, _, rest = str(value).partition(" ")
+            try:
+                v = float(number)
+            except ValueError:
+                continue
+            meaningful = False if "not meaningful" in rest else None
+            out[key[len("compat.gain.") :]] = {"*": {"paragon": None, "value": v,
+                                                     "meaningful": meaningful, "reason": None}}  # fmt: skip
+    return out
 
 
 def recorded_check(gallery: str, key: str, value: str) -> dict[str, Any]:
@@ -134,7 +167,9 @@ def verdict_metrics(verdict: Verdict) -> dict[str, float]:
     - ``matrix/<protocol>/<metric>/<query>_on_<gallery>``: every cell M(query, gallery) judged;
     - ``check/<gallery>/<protocol>/<metric>[/forward]/{new,baseline,difference,lower_bound,
       passed}``: each criterion (``passed`` is 1 or 0);
-    - ``gain/<protocol>/<metric>``: the update gain against the paragon (BCT Eq. 9);
+    - ``gain/<protocol>/<metric>``: the update gain against the paragon (BCT Eq. 9), and
+      ``gain/<protocol>/<metric>/meaningful`` (1 or 0: 0 when a check of the pair failed or the
+      paragon is weaker than the version);
     - ``gate/passed``: 1 or 0.
     """
     out: dict[str, float] = {"gate/passed": float(verdict.passed)}
@@ -159,6 +194,9 @@ def verdict_metrics(verdict: Verdict) -> dict[str, float]:
         for metric, gain in per_metric.items():
             if gain.get("value") is not None:
                 out[metric_key("gain", protocol, metric)] = float(gain["value"])
+                out[metric_key("gain", protocol, metric, "meaningful")] = float(
+                    bool(gain.get("meaningful"))
+                )
     return out
 
 
@@ -267,9 +305,11 @@ def record_verdict(
 
 __all__ = [
     "CHECKS_TAG",
+    "GAINS_TAG",
     "checks_from_tags",
     "describe",
     "evaluation_files",
+    "gains_from_tags",
     "log_training",
     "metric_key",
     "record_verdict",

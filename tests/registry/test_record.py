@@ -10,6 +10,7 @@ from compat.registry.describe import describe
 from compat.registry.record import (
     checks_from_tags,
     evaluation_files,
+    gains_from_tags,
     metric_key,
     seal,
     training_history,
@@ -31,7 +32,9 @@ def _verdict() -> Verdict:
                             lhs_value=None, rhs_value=0.4, difference=None, lower_bound=None,
                             passed=False, **common),
         ],
-        gain={"identification": {"top1": {"value": 0.25, "paragon": "v2p"}}},
+        gain={"identification": {"top1": {
+            "value": 0.25, "paragon": "v2p", "meaningful": False,
+            "reason": "check failed: identification top1 forward > cross on v1"}}},
     )  # fmt: skip
 
 
@@ -51,7 +54,9 @@ def test_verdict_tags():
     ]
     assert tags["compat.check.v1.identification.top1"] == "pass +0.1000"
     assert tags["compat.check.v1.identification.top1.forward"] == "fail n/a"
-    assert tags["compat.gain.identification"] == "0.2500"
+    # a gain is never a bare number when it means nothing (a check of the pair failed)
+    assert tags["compat.gain.identification"] == "0.2500 (not meaningful)"
+    assert gains_from_tags(tags) == _verdict().gain  # the whole object, as promote printed it
     assert tags["compat.verdict.kind"] == "promotion"
     # every check whole, as promote's --json has it: what show and chain read back
     checks = json.loads(tags["compat.checks"])
@@ -79,7 +84,8 @@ def test_description_is_one_rounded_line_per_check_for_people():
         "",
         "- pass: top1 cross > self_parent: 50.0% vs 40.0%, +10.0 pts, lower bound +5.0 pts",
         "- FAIL: top1 cross > self_parent: n/a vs 40.0%, n/a",
-        "- update gain, identification top1 (paragon v2p): 25.0%",
+        "- update gain, identification top1 (paragon v2p): 25.0% (not meaningful: check failed: "
+        "identification top1 forward > cross on v1)",
         "",
         "Promotion requested against v1 (production at the time).",
     ]
@@ -144,7 +150,22 @@ def test_verdict_metrics_hold_cells_checks_and_gains():
         "check/v1/identification/top1/forward/baseline": 0.4,
         "check/v1/identification/top1/forward/passed": 0.0,
         "gain/identification/top1": 0.25,
+        "gain/identification/top1/meaningful": 0.0,
     }
+
+
+def test_gains_read_back_from_tags_written_before_compat_gains():
+    old = {"compat.gain.identification": "0.4100", "compat.gain.verification": "1.3100 (not meaningful)",
+           "compat.gain.bad": "n/a"}  # fmt: skip
+    got = gains_from_tags(old)
+    assert got == {
+        "identification": {"*": {"paragon": None, "value": 0.41, "meaningful": None, "reason": None}},
+        "verification": {"*": {"paragon": None, "value": 1.31, "meaningful": False, "reason": None}},
+    }  # fmt: skip
+    assert (
+        gains_from_tags({"compat.gains": "{not json", **old})["identification"]["*"]["value"]
+        == 0.41
+    )
 
 
 def test_training_history_steps_epochs_and_reads_old_files(tmp_path):

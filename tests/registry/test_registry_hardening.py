@@ -46,7 +46,9 @@ def test_an_alias_moved_outside_compat_is_drift(project):
     found = json.loads(r.stdout)
     assert found["drift"] is True and (found["production"], found["logged"]) == ("v2", "v1")
     assert "production is 'v2'" in found["message"]
-    for cmd in (["versions"], ["log"], ["versions", "--json"], ["log", "--json"]):
+    read_cmds = (["versions"], ["log"], ["show", "v2"], ["chain"], ["versions", "--json"],
+                 ["log", "--json"], ["show", "v2", "--json"], ["chain", "--json"])  # fmt: skip
+    for cmd in read_cmds:
         r = cli(*cmd)
         assert r.exit_code == 0 and r.stderr.startswith("warning: drift:"), cmd
         assert "drift" not in r.stdout, cmd
@@ -189,6 +191,11 @@ def test_an_unreachable_server_leaves_nothing_behind(tmp_path, monkeypatch):
         r = cli(*args, "--registry-uri", "http://127.0.0.1:9")
         assert r.exit_code == 5, (args, r.output)
         assert "http://127.0.0.1:9" in r.stderr
+    # verify --json prints its object even when the registry cannot be read
+    r = cli("verify", "--json", "--registry-uri", "http://127.0.0.1:9")
+    assert r.exit_code == 5
+    found = json.loads(r.stdout)
+    assert found["error"] == 5 and found["drift"] is None and "127.0.0.1:9" in found["message"]
     assert sorted(os.listdir(project)) == ["contracts", "v1.npz"]  # no registry/.schema.lock
     assert os.listdir(scratch) == []  # no compat-* folder
 
