@@ -1,7 +1,8 @@
 """Registry commands: register, promote, versions, show, chain, log, verify.
 
 Exit codes (documented in the README): 0 pass, 1 a criterion failed, 2 usage error, 3 something
-named was not found, 4 bad input (contract, card, embeddings), 5 registry unreachable,
+named was not found, 4 bad input (contract, card, embeddings; a registered model whose files
+changed since registration), 5 registry unreachable,
 6 production moved concurrently (the compare-and-set was lost; re-run the gate).
 """
 
@@ -333,9 +334,15 @@ def show_cmd(
         ["production", output.human(info["production"])],
         ["run", output.human(rec.run_id)],
     ]
+    from compat.registry.integrity import FILES_TAG, recorded_summary
+
     fields += [
-        [k, rec.tags[k] or "-"] for k in sorted(rec.tags) if k not in (CHECKS_TAG, GAINS_TAG)
+        [k, rec.tags[k] or "-"]
+        for k in sorted(rec.tags)
+        if k not in (CHECKS_TAG, GAINS_TAG, FILES_TAG)
     ]
+    if FILES_TAG in rec.tags:  # one digest per file of the model: the count, not the digests
+        fields.append([FILES_TAG, recorded_summary(rec)])
     output.print_table(
         ("field", "value"),
         fields,
@@ -431,34 +438,105 @@ def _warn_drift(reg: Any, entries: list[dict[str, Any]] | None = None) -> None:
         warn(message)
 
 
-def verify_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
-    """Check that `production` is where the promotion log's last committed move put it (exit 6 if not)."""
+def verify_cmd(
+    uri: str | None = UriOption,
+    as_json: bool = JsonOption,
+    repair: bool = typer.Option(
+        False,
+        "--repair",
+        help="fix what a killed promotion left (a torn log line, a pending record, production's "
+        "status tag) under the promotion lock, then verify; never moves production",
+    ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        metavar="VERSION",
+        help="instead: download VERSION's model (or @production's) from the artifact store and "
+        "compare every file with the sha256 recorded at registration (exit 4 naming a changed "
+        "file); run it before mlflow.pyfunc.load_model, which runs the model's code",
+    ),
+) -> None:
+    """Check that `production` is where the promotion log's last committed move put it, and
+    that no killed promotion left a half-written state (exit 6 naming it; --repair fixes it).
+    With --model VERSION: check that model's files instead (exit 4 naming a changed one)."""
     from compat.registry.drift import DriftError, verify
+    from compat.registry.integrity import ModelChanged
 
     def failed(err: Any) -> None:
         # --json always prints one object: a registry that cannot be read is one too (its
         # fields unknown, ``error`` the exit code), so a script parses stdout in every case
         if as_json:
-            keys = ("production", "logged", "log", "registry", "drift")
-            _echo_json({**dict.fromkeys(keys), "message": err.message, "error": err.exit_code})
+            changed = err.result if isinstance(err, ModelChanged) else None
+            _echo_json(
+                {
+                    **dict.fromkeys(VERIFY_FIELDS),
+                    "model": changed,
+                    "message": err.message,
+                    "error": err.exit_code,
+                }
+            )
 
     with exit_on_error(failed):
-        reg = _registry(uri, read=True)
+        reg = _registry(uri, read=not repair)
         if _store_missing(reg):
             raise _no_store_error(reg)
+        if model is not None:
+            _verify_model(reg, model, repair, as_json)
+            return
         try:
-            result = verify(reg)
+            result = verify(reg, repair=repair)
         except DriftError as err:
             if not as_json:
                 raise
             # A script gets the same object either way; the exit code still says drift.
-            _echo_json({**err.result, "message": err.message, "error": err.exit_code})
+            _echo_json(
+                {**err.result, "model": None, "message": err.message, "error": err.exit_code}
+            )
             raise typer.Exit(err.exit_code) from None
     if as_json:
-        _echo_json({**result, "message": None, "error": None})
+        _echo_json({**result, "model": None, "message": None, "error": None})
         return
+    for line in result["repaired"]:
+        output.say(f"repaired: {line}")
     where = result["production"] or "unset"
     typer.echo(f"production is {where}, as the promotion log says ({result['log']})")
+
+
+# The fields of ``compat verify --json`` besides ``model``, ``message`` and ``error``.
+VERIFY_FIELDS = ("production", "logged", "log", "registry", "drift", "problems", "repaired")
+
+
+def _verify_model(reg: Any, name: str, repair: bool, as_json: bool) -> None:
+    """``compat verify --model``: the model's files against the digests recorded at
+    registration (compat.registry.integrity); ModelChanged (exit 4) names a changed file."""
+    from compat.errors import UsageError
+    from compat.registry.integrity import verify_model
+
+    if repair:
+        raise UsageError(
+            "--model checks a model's files and --repair the promotion log: one at a time"
+        )
+    check = verify_model(reg, name)
+    if check.warning:
+        warn(check.warning)
+    if as_json:
+        fields = {**dict.fromkeys(VERIFY_FIELDS), "registry": reg.uri}
+        _echo_json({**fields, "model": check.to_json(), "message": None, "error": None})
+        return
+    folders: dict[str, int] = {}
+    for path in check.checked:
+        top, _, rest = path.partition("/")
+        if rest:
+            folders[top] = folders.get(top, 0) + 1
+        else:
+            typer.echo(f"ok  {path}")
+    for top, count in folders.items():
+        typer.echo(f"ok  {top}/ ({count} files)")
+    what = "the sha256 recorded at registration" if check.recorded else "compat.weights_sha256"
+    typer.echo(
+        f"{check.version} (MLflow version {check.mlflow_version}): {len(check.checked)} file(s) "
+        f"match {what}"
+    )
 
 
 def register(app: typer.Typer) -> None:

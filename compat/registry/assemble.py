@@ -23,6 +23,7 @@ from compat.contracts.schema import Contract
 from compat.errors import BadInputError, CompatError, NotFoundError
 from compat.io import make_scratch_dir
 from compat.models.card import check_paragon, check_upgrade, read_model_card
+from compat.registry.integrity import check_model
 from compat.registry.store import Registry, VersionRecord
 
 
@@ -81,7 +82,8 @@ def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
 
 def model_folder(reg: Registry, rec: VersionRecord, models_dir: Path) -> Path:
     """The version's weights folder: local ``models/<v>`` if its card names the registered
-    digest, else the registry's copy."""
+    digest, else the registry's copy, refused (:class:`compat.registry.integrity.ModelChanged`,
+    exit 4, naming the file) unless its files match the digests recorded at registration."""
     local = models_dir / rec.name
     if (local / "card.json").is_file():
         try:
@@ -89,7 +91,9 @@ def model_folder(reg: Registry, rec: VersionRecord, models_dir: Path) -> Path:
                 return local
         except CompatError:
             pass  # an unreadable local card: the registry's copy is the one registered
-    return download(reg, rec, "model")
+    folder = download(reg, rec, "model")
+    check_model(rec, folder)  # a version registered before code digests: its weights only
+    return folder
 
 
 def bundle_rows(

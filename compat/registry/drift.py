@@ -3,8 +3,10 @@
 Only ``compat promote`` is meant to move ``production``, and it logs every move. Anyone with
 write access to the MLflow registry can still move the alias by hand (MLflow's UI, "Promote
 model" or the alias pencil), with no gate and no log entry. The log's last committed move names
-where production should be; when the alias says otherwise, ``compat versions``, ``log`` and
-``promote`` warn and ``compat verify`` exits 6 naming both.
+where production should be; when the alias says otherwise, ``compat versions``, ``show``,
+``chain``, ``log`` and ``promote`` warn and ``compat verify`` exits 6 naming both. ``verify``
+also reports what a killed promotion left (:mod:`compat.registry.recovery`), and ``--repair``
+fixes that.
 """
 
 from __future__ import annotations
@@ -49,21 +51,39 @@ def drift(actual: str | None, promotions: list[dict[str, Any]]) -> str | None:
     )
 
 
-def verify(reg: Any) -> dict[str, Any]:
-    """Compare the alias with the log; raises DriftError (exit 6) naming both on disagreement."""
+def verify(reg: Any, repair: bool = False) -> dict[str, Any]:
+    """Compare the alias with the log, and look for what a killed promotion left
+    (:mod:`compat.registry.recovery`); raises DriftError (exit 6) naming both on disagreement,
+    or naming each state left behind. ``repair``: fix those states first, under the promotion
+    lock (drift is never repaired: production moves only through the gate)."""
+    from compat.registry import recovery
+
     ledger = reg.ledger()
+    repaired: list[str] = []
+    if repair:
+        with ledger.lock():
+            repaired = recovery.repair(reg, ledger)
     promotions = ledger.promotions()
     actual = reg.production()
     message = drift(actual, promotions)
+    problems = recovery.findings(reg, ledger, promotions)
     result = {
         "production": actual,
         "logged": expected_production(promotions),
         "log": ledger.where,
         "registry": reg.uri,
         "drift": message is not None,
+        "problems": problems,
+        "repaired": repaired,
     }
     if message is not None:
         raise DriftError(message, result)
+    if problems:
+        raise DriftError(
+            f"{len(problems)} state(s) a killed promotion left: {'; '.join(problems)}; "
+            "run compat verify --repair",
+            result,
+        )
     return result
 
 

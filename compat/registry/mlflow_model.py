@@ -15,6 +15,7 @@ from pathlib import Path
 
 from compat.io import scratch_dir
 from compat.models.card import ModelCard
+from compat.registry.integrity import folder_digests
 from compat.registry.store import Registry
 
 CODE_FILE = Path(__file__).with_name("pyfunc_model.py")
@@ -90,11 +91,14 @@ def build_model_folder(folder: Path, card: ModelCard, dst: Path) -> Path:
     return dst
 
 
-def log_model(reg: Registry, run_id: str, folder: Path, card: ModelCard) -> None:
-    """Log the version in ``folder`` as the run's ``model/`` artifact folder (an MLflow model)."""
+def log_model(reg: Registry, run_id: str, folder: Path, card: ModelCard) -> dict[str, str]:
+    """Log the version in ``folder`` as the run's ``model/`` artifact folder (an MLflow model);
+    return the sha256 of each file logged (relative path -> digest), code included."""
     with scratch_dir("model") as tmp:
         dst = build_model_folder(folder, card, Path(tmp) / "model")
+        digests = folder_digests(dst)
         reg.call("log_artifacts", run_id, str(dst), "model")
+    return digests
 
 
 __all__ = ["build_model_folder", "log_model", "requirements", "signature"]

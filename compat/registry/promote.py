@@ -29,6 +29,7 @@ from typing import Any
 from compat.contracts.gate import DeclaredFacts, Verdict, check_facts, judge
 from compat.contracts.schema import Contract, contract_digest, load_contract
 from compat.errors import BadInputError, ConflictError, NotFoundError, UsageError
+from compat.registry import recovery
 from compat.registry.assemble import Paths, assemble
 from compat.registry.drift import drift
 from compat.registry.promotions import now, who
@@ -275,13 +276,8 @@ def _move_production(
     messages = outcome.messages
     log = reg.ledger()
     with log.lock():
-        repaired = log.repair()
-        if repaired:
-            messages.append(repaired)
-        for p in log.reconcile(reg.production):
-            # A promotion a crash left pending: the version it moved is promoted after all.
-            if p["state"] == "committed" and p.get("to"):
-                reg.set_tags(reg.get(p["to"]), {"compat.status": "promoted"})
+        # what an earlier, killed promotion left (compat.registry.recovery): fixed first
+        messages += recovery.repair(reg, log)
         current = reg.production()
         drifted = drift(current, log.promotions())
         if drifted:

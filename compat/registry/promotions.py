@@ -18,6 +18,7 @@ database behind a shared ``mlflow server`` (docs/design.md, Registry conventions
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import json
 import os
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.errors import BadInputError, InfrastructureError
+from compat.io import storage_errors
 
 LOG_FILE = "promotions.jsonl"
 LOCK_FILE = "promote.lock"
@@ -83,6 +85,10 @@ class Ledger:
 
     def repair(self) -> str | None:
         """Make the log safe to append to (call under the lock); a message if anything was done."""
+        return None
+
+    def torn(self) -> str | None:
+        """What :meth:`repair` would move aside (a torn last line), without touching it."""
         return None
 
     def promotions(self) -> list[dict[str, Any]]:
@@ -154,6 +160,15 @@ class PromotionLog(Ledger):
             out.append(complete)
         return out
 
+    def torn(self) -> str | None:
+        tail = self._split()[1]
+        if not tail or _complete(tail) is not None:
+            return None
+        return (
+            f"{self.path}: a torn last line ({len(tail)} bytes, a kill mid-write): repair moves "
+            f"it to {self.path.name}{TORN_SUFFIX}"
+        )
+
     def repair(self) -> str | None:
         whole, tail = self._split()
         if not tail:
@@ -180,14 +195,19 @@ class PromotionLog(Ledger):
 
     def append(self, entry: dict[str, Any]) -> None:
         line = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.repair()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        # A full disk, spent quota or read-only file system: one line (exit 5). A line cut
+        # short by it is a torn line, which the next write under the lock repairs.
+        with storage_errors(self.path, need=len(line)):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.repair()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                written = os.write(fd, line)
+                if written != len(line):  # a short write is ENOSPC by another name
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def _complete(tail: bytes) -> dict[str, Any] | None:

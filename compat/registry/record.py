@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.contracts.gate import CHECK_FIELDS, Verdict
-from compat.io import scratch_dir
+from compat.io import scratch_dir, storage_errors
 from compat.registry.describe import describe
 from compat.registry.store import Registry, VersionRecord, tag_key
 
@@ -296,7 +296,8 @@ def record_verdict(
     log_metrics(reg, rec.run_id, [(k, v, now, 0) for k, v in verdict_metrics(verdict).items()])
     with scratch_dir("report") as tmp:
         path = tmp / f"promote-{report['when'].replace(':', '').replace('.', '')}.json"
-        path.write_bytes(blob)
+        with storage_errors(path, need=len(blob)):  # a full TMPDIR: one line, exit 5
+            path.write_bytes(blob)
         reg.call("log_artifact", rec.run_id, str(path), "reports")
     for folder, files in evaluation_files(rec.name, plots, metrics).items():
         for f in files:

@@ -4,7 +4,9 @@ A version comes either from compat training (``models/<version>/``: weights.safe
 card.json, train_metrics.json) or, for teams that train elsewhere, from an embeddings bundle of
 the evaluation set (``--embeddings``), with the facts a card would hold taken from the contract.
 Artifacts are plain files (safetensors, JSON, YAML, npz): nothing is pickled. A trained
-version's ``model/`` folder is also an MLflow model loaded from code (mlflow_model.py).
+version's ``model/`` folder is also an MLflow model loaded from code (mlflow_model.py); the
+sha256 of each of its files is recorded in the version's tags (integrity.py). Registrations take
+the promotion lock, so one name is never registered twice.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from compat.errors import BadInputError, NotFoundError
 from compat.io import make_scratch_dir, sha256_file
 from compat.models.card import EmbeddingsCard, ModelCard, read_model_card
+from compat.registry.integrity import FILES_TAG, files_tag
 from compat.registry.mlflow_model import log_model
 from compat.registry.record import log_training
 from compat.registry.store import VERSION_TAG, Registry, VersionRecord, check_version_name
@@ -41,8 +44,15 @@ def _data_tag(card: ModelCard | EmbeddingsCard) -> str:
     return recorded or card.data_fingerprint or ""
 
 
-def version_tags(version: str, card: ModelCard | EmbeddingsCard, kind: str) -> dict[str, str]:
-    """The ``compat.*`` tags of a newly registered version, read from its card."""
+def version_tags(
+    version: str,
+    card: ModelCard | EmbeddingsCard,
+    kind: str,
+    digests: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The ``compat.*`` tags of a newly registered version, read from its card; ``digests``:
+    the sha256 of every file of its MLflow model, code included (:mod:`compat.registry.integrity`)."""
+    files = {FILES_TAG: files_tag(digests)} if digests is not None else {}
     return {
         VERSION_TAG: version,
         "compat.parent": card.parent or "",
@@ -53,6 +63,7 @@ def version_tags(version: str, card: ModelCard | EmbeddingsCard, kind: str) -> d
         "compat.status": "candidate",
         "compat.kind": kind,
         "compat.weights_sha256": card.weights_sha256,
+        **files,
     }
 
 
@@ -79,7 +90,8 @@ def register(
     embeddings: str | os.PathLike[str] | None = None,
 ) -> tuple[VersionRecord, bool]:
     """Register ``version``; returns (record, created). Re-registering the same weights is a no-op;
-    other weights under a registered name are refused (exit 4, naming both digests)."""
+    other weights under a registered name are refused (exit 4, naming both digests). Two
+    registrations of one name at once create one version: the second finds the first's."""
     check_version_name(version)
     contract_path = Path(contracts_dir) / f"{version}.yaml"
     scratch: list[Path] = []
@@ -121,16 +133,40 @@ def _register(
     if contract_path.is_file():
         files["contract"] = [contract_path]
 
-    existing = reg.find(version)
+    existing = reg.find(version)  # a re-registration needs no lock: nothing is written
     if existing is not None:
-        if existing.tags.get("compat.weights_sha256") == card.weights_sha256:
-            return existing, False
-        raise BadInputError(
-            f"version {version!r} is already registered (MLflow version {existing.mlflow_version}) "
-            f"with weights sha256 {existing.tags.get('compat.weights_sha256') or '(none)'}, not "
-            f"{card.weights_sha256}; register the new weights under a new version name"
-        )
+        return _already_registered(existing, card), False
+    # Serialised like promotions (the same lock: a file lock, or PostgreSQL's advisory lock on a
+    # shared registry), and the name looked up again inside it: two registrations of one name
+    # started at once would otherwise both find it free and create two MLflow versions.
+    with reg.ledger().lock():
+        existing = reg.find(version)
+        if existing is not None:
+            return _already_registered(existing, card), False
+        return _create(reg, version, models_dir, card, files, kind), True
 
+
+def _already_registered(existing: VersionRecord, card: ModelCard | EmbeddingsCard) -> VersionRecord:
+    """The registered version, if it holds the same weights (a no-op); else BadInputError."""
+    if existing.tags.get("compat.weights_sha256") == card.weights_sha256:
+        return existing
+    raise BadInputError(
+        f"version {existing.name!r} is already registered (MLflow version {existing.mlflow_version}) "
+        f"with weights sha256 {existing.tags.get('compat.weights_sha256') or '(none)'}, not "
+        f"{card.weights_sha256}; register the new weights under a new version name"
+    )
+
+
+def _create(
+    reg: Registry,
+    version: str,
+    models_dir: Path,
+    card: ModelCard | EmbeddingsCard,
+    files: dict[str, list[Path]],
+    kind: str,
+) -> VersionRecord:
+    """Log the version's run and create its MLflow model version (under the registration lock)."""
+    digests: dict[str, str] | None = None
     run = reg.call("create_run", reg.experiment_id, run_name=version, tags={VERSION_TAG: version})
     run_id = run.info.run_id
     try:
@@ -138,7 +174,7 @@ def _register(
             reg.call("log_param", run_id, key, value)
         if kind == "model":
             log_training(reg, run_id, Path(models_dir) / version)
-            log_model(reg, run_id, Path(models_dir) / version, card)
+            digests = log_model(reg, run_id, Path(models_dir) / version, card)
         for subdir, paths in files.items():
             for path in paths:
                 reg.call("log_artifact", run_id, str(path), subdir)
@@ -151,10 +187,10 @@ def _register(
         reg.model,
         f"{run.info.artifact_uri}/model",
         run_id,
-        tags=version_tags(version, card, kind),
+        tags=version_tags(version, card, kind, digests),
         description=f"{version}: {kind} registered by compat; status candidate (not yet gated).",
     )
-    return reg.get(version), True
+    return reg.get(version)
 
 
 def _card_from_embeddings(

@@ -37,6 +37,7 @@ def test_model_folder_prefers_the_local_copy_with_the_registered_digest(tmp_path
     sha = json.loads((FIXTURES / "model_card_v1.json").read_text())["weights_sha256"]
     downloads: list[str] = []
     monkeypatch.setattr(A, "download", lambda reg, rec, art: downloads.append(art) or Path("dl"))
+    monkeypatch.setattr(A, "check_model", lambda rec, folder: None)  # see test_integrity.py
     assert (
         A.model_folder(None, _rec("v1", sha=sha), tmp_path / "models") == tmp_path / "models" / "v1"
     )
@@ -70,6 +71,7 @@ def test_gather_embeddings_loads_a_model_only_on_a_cache_miss(tmp_path, monkeypa
 
     monkeypatch.setattr("compat.models.load_version", load_version)
     monkeypatch.setattr(A, "download", lambda reg, rec, art: Path("dl") / rec.name)
+    monkeypatch.setattr(A, "check_model", lambda rec, folder: None)  # see test_integrity.py
     records = {"v1": _rec("v1", sha="a" * 64), "v2": _rec("v2", sha="b" * 64)}
     _, emb, fp = A.gather_embeddings(None, ["v1", "v2"], paths, records)
     assert loaded == ["v1", "v2"] and emb["v1"].shape == (4, 4) and fp

@@ -85,3 +85,57 @@ def test_concurrent_promotions_against_the_same_parent(project):
         (None, "v1", "committed"),
         ("v1", winner, "committed"),
     ]
+
+
+SLOW = Path(__file__).with_name("slow_register.py")
+
+
+def _race_registrations(project, bundles: list[Path]) -> list[tuple[int, str, str]]:
+    """``compat register v4 --embeddings B`` for each bundle, in processes started together,
+    each lookup that finds nothing slowed (slow_register.py) so every one of them reads "not
+    registered" before any writes."""
+    env = {**os.environ, "COMPAT_ACTOR": "ci"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(SLOW), "2", "register", "v4", "--embeddings", str(b)],
+            cwd=project.root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for b in bundles
+    ]
+    return [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+
+
+def _registered(name: str) -> list[str]:
+    return [r.mlflow_version for r in Registry().versions() if r.name == name]
+
+
+def test_concurrent_registrations_of_one_name_create_one_version(project):
+    project.contract("v4")
+    bundle = project.bundle("v4", project.embeddings(0.8, 4))
+    results = _race_registrations(project, [bundle, bundle])
+    for code, _, err in results:
+        assert code == 0, err
+        assert "Traceback" not in err
+    outs = sorted(out for _, out, _ in results)
+    assert "already registered (same weights)" in outs[0], outs
+    assert "v4: registered as MLflow version" in outs[1], outs
+    assert len(_registered("v4")) == 1  # before issue 31: MLflow versions 1 and 2, both "v4"
+
+
+def test_concurrent_registrations_of_one_name_with_other_weights(project):
+    project.contract("v4")
+    first = project.bundle("v4", project.embeddings(0.8, 4))
+    other = project.root / "bundles" / "v4-other.npz"
+    first.rename(other)
+    second = project.bundle("v4", project.embeddings(0.8, 5))
+    results = _race_registrations(project, [other, second])
+    assert sorted(code for code, _, _ in results) == [0, 4], results
+    (err,) = [err for code, _, err in results if code == 4]
+    assert "is already registered" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert len(_registered("v4")) == 1

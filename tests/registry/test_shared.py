@@ -130,6 +130,31 @@ def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
     assert len(logs[0]) == 3
 
 
+def test_two_copies_race_one_registration(shared, project, tmp_path_factory):
+    """Two machines register one name at once: the advisory lock makes one MLflow version
+    (each copy's registry/ folder is its own, so no file lock could serialise them)."""
+    project.contract("v4")
+    project.bundle("v4", project.embeddings(0.8, 4))
+    copies = _copies(project, tmp_path_factory, 2)
+    slow = Path(__file__).with_name("slow_register.py")  # every lookup that misses sleeps 2 s
+    args = [sys.executable, str(slow), "2", "register", "v4", "--embeddings", "bundles/v4.npz"]
+    procs = [
+        subprocess.Popen(
+            args,
+            cwd=c,
+            env={**os.environ, **shared.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for c in copies
+    ]
+    results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert sum("already registered (same weights)" in out for _, out, _ in results) == 1
+    assert [r.name for r in Registry().versions()] == ["v4"]
+
+
 def test_server_killed_mid_promotion(shared, project, monkeypatch):
     _chain(project)
     project.register("v3", parent="v2", noise=0.5, seed=3)
