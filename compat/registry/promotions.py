@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from compat.errors import BadInputError, InfrastructureError
+from compat.errors import BadInputError, InfrastructureError, NotFoundError
 from compat.io import storage_errors
 
 LOG_FILE = "promotions.jsonl"
@@ -127,13 +127,16 @@ class PromotionLog(Ledger):
     line is never glued to a torn one.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], unshared: str | None = None) -> None:
         self.root = Path(root)
         self.path = self.root / LOG_FILE
         self.where = str(self.path)
+        self.unshared = unshared  # why this file lock would not serialise the registry's writers
 
     @contextlib.contextmanager
     def lock(self, timeout: float = 120.0) -> Iterator[None]:
+        if self.unshared:  # reads go on; a write that needs the lock is refused (exit 3)
+            raise NotFoundError(self.unshared)
         with promotion_lock(self.root, timeout):
             yield
 
@@ -141,6 +144,8 @@ class PromotionLog(Ledger):
         """Whole lines (newline-terminated) and the torn tail after the last newline."""
         if not self.path.exists():
             return [], b""
+        if not self.path.is_file():
+            raise BadInputError(f"{self.path}: not a file (the promotion log is a JSON-lines file)")
         data = self.path.read_bytes()
         cut = data.rfind(b"\n") + 1
         return data[:cut].splitlines(), data[cut:]
@@ -152,12 +157,13 @@ class PromotionLog(Ledger):
             if not line.strip():
                 continue
             try:
-                out.append(json.loads(line))
+                record = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise BadInputError(f"{self.path}:{n}: not a JSON line") from None
+            out.append(_checked(record, f"{self.path}:{n}"))
         complete = _complete(tail)
         if complete is not None:  # whole record, only its newline lost
-            out.append(complete)
+            out.append(_checked(complete, f"{self.path}:{len(whole) + 1}"))
         return out
 
     def torn(self) -> str | None:
@@ -208,6 +214,22 @@ class PromotionLog(Ledger):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+# What each record must carry for the log to be read back (replay, drift, compat log).
+REQUIRED = {"pending": ("id", "when", "who", "to"), None: ("id", "state")}
+
+
+def _checked(record: Any, where: str) -> dict[str, Any]:
+    """``record`` if it is a log record; else BadInputError (exit 4) naming the line: a JSON
+    value that is no object, or a record without the fields the log's readers rely on."""
+    if not isinstance(record, dict):
+        raise BadInputError(f"{where}: not a JSON object (a promotion record)")
+    need = REQUIRED["pending"] if record.get("state") == "pending" else REQUIRED[None]
+    missing = [k for k in need if k not in record]
+    if missing:
+        raise BadInputError(f"{where}: a promotion record without {', '.join(map(repr, missing))}")
+    return record
 
 
 def _complete(tail: bytes) -> dict[str, Any] | None:

@@ -40,6 +40,8 @@ DEFAULT_MODEL = "compat"
 EXPERIMENT = "compat"
 # The PostgreSQL database of a shared mlflow server's backend store (its --backend-store-uri).
 DATABASE_ENV = "COMPAT_REGISTRY_DATABASE"
+LOCAL_LOCK_ENV = "COMPAT_LOCAL_LOCK"  # 1: a remote server locked per machine (one writer place)
+REMOTE_SCHEMES = ("http://", "https://", "databricks")
 # Write conflicts from a shared server (concurrent tag upserts hit a unique violation) are
 # retried this many times with exponential backoff, then reported as a conflict (exit 6).
 CONFLICT_RETRIES = 6
@@ -138,8 +140,24 @@ class Registry:
             else:
                 from compat.registry.promotions import PromotionLog
 
-                self._ledger = PromotionLog(self.root)
+                self._ledger = PromotionLog(self.root, unshared=self._unshared_lock())
         return self._ledger
+
+    def _unshared_lock(self) -> str | None:
+        """Why this machine's file lock cannot serialise writes to this registry (a remote
+        server that other machines also write, with no shared database named), unless the
+        user chose a per-machine lock (``COMPAT_LOCAL_LOCK=1``: promote from one place only)."""
+        if not self.uri.startswith(REMOTE_SCHEMES) or os.environ.get(LOCAL_LOCK_ENV) == "1":
+            return None
+        from compat.registry.shared import redacted
+
+        return (
+            f"{redacted(self.uri)} is a remote server and {DATABASE_ENV} is not set: this "
+            "machine's lock and log would not stop another machine's promotion or registration "
+            f"(two logs, one alias); set {DATABASE_ENV} to the server's PostgreSQL "
+            f"--backend-store-uri, or {LOCAL_LOCK_ENV}=1 to lock on this machine only (then "
+            "promote and register from one place only)"
+        )
 
     @property
     def client(self) -> Any:

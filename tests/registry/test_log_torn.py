@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
 from typer.testing import CliRunner
 
 from compat.cli.main import app
@@ -21,10 +22,11 @@ def cli(*args: str):
 
 def test_lines_skip_a_torn_tail_but_keep_a_whole_record_without_newline(tmp_path):
     log = PromotionLog(tmp_path)
-    log.append({"id": "a", "state": "pending", "to": "v1"})
+    pending = {"id": "a", "state": "pending", "to": "v1", "when": "t", "who": "ci"}
+    log.append(pending)
     whole = log.path.read_bytes()
     log.path.write_bytes(whole + b'{"id": "a", "sta')
-    assert log.lines() == [{"id": "a", "state": "pending", "to": "v1"}]
+    assert log.lines() == [pending]
     log.path.write_bytes(whole + b'{"id": "a", "state": "committed"}')
     assert [x["state"] for x in log.lines()] == ["pending", "committed"]
     # a bad line that is not the last is corruption, not a crash: exit 4
@@ -156,3 +158,48 @@ def test_the_torn_line_is_reported_once_through_the_cli(project):
         ("v2", "committed"),
         ("v3", "committed"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (b"[1, 2]", "not a JSON object"),
+        (b"3", "not a JSON object"),
+        (b"null", "not a JSON object"),
+        (b'{"id": "p1", "state": "pending", "to": "v2"}', "without 'when', 'who'"),
+        (b'{"state": "committed"}', "without 'id'"),
+    ],
+)
+def test_a_log_line_that_is_no_record_is_named(project, line, said):
+    """Issue 30 case 13: JSON that is no promotion record is exit 4 naming the line (in
+    ``log`` and ``promote``), a warning in the listings, never a traceback."""
+    from typer.testing import CliRunner
+
+    from compat.cli.main import app
+
+    cli = CliRunner()
+    project.register("v1", noise=1.5, seed=1)
+    project.register("v2", parent="v1")
+    assert cli.invoke(app, ["promote", "v1"]).exit_code == 0
+    log = project.root / "registry" / "promotions.jsonl"
+    log.write_bytes(log.read_bytes() + line + b"\n")
+    n = len(log.read_bytes().splitlines())
+    for args in (["log"], ["promote", "v2", "--against", "v1"], ["verify"]):
+        r = cli.invoke(app, args)
+        assert r.exit_code == 4, (args, r.output)
+        assert r.stderr.splitlines() == [r.stderr.strip()] and "Traceback" not in r.output
+        assert f"promotions.jsonl:{n}: " in r.stderr and said in r.stderr, r.stderr
+    r = cli.invoke(app, ["versions"])
+    assert r.exit_code == 0 and r.stderr.startswith("warning: promotion log not read: ")
+
+
+def test_a_log_that_is_a_folder_is_named(project):
+    from typer.testing import CliRunner
+
+    from compat.cli.main import app
+
+    project.register("v1", noise=1.5, seed=1)
+    (project.root / "registry" / "promotions.jsonl").mkdir()
+    r = CliRunner().invoke(app, ["log"])
+    assert r.exit_code == 4, r.output
+    assert "promotions.jsonl: not a file" in r.stderr and "Traceback" not in r.output

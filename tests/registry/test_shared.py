@@ -252,3 +252,28 @@ def test_ci_gate_script_end_to_end(shared, project, tmp_path_factory, monkeypatc
     r = _run([*gate, "--no-pull"], checkout, shared.env)
     assert r.returncode == 4, r.stdout + r.stderr
     assert registered in r.stderr and sha256_file(other) in r.stderr
+
+
+def test_a_remote_server_without_a_shared_lock_refuses_to_move_anything(
+    shared, project, monkeypatch
+):
+    """Issue 30 case 16: without COMPAT_REGISTRY_DATABASE each machine would keep its own lock
+    and log (eight runners split their logs); writes are refused (exit 3) unless the user
+    chooses a per-machine lock, and reads go on."""
+    monkeypatch.delenv("COMPAT_REGISTRY_DATABASE")
+    project.contract("v1")
+    bundle = str(project.bundle("v1", project.embeddings(1.5, 1)))
+    r = cli("register", "v1", "--embeddings", bundle)
+    assert r.exit_code == 3, r.output
+    [line] = r.stderr.splitlines()
+    assert "COMPAT_REGISTRY_DATABASE is not set" in line and "COMPAT_LOCAL_LOCK=1" in line
+    assert cli("versions").exit_code == 0  # reads need no lock
+    monkeypatch.setenv("COMPAT_LOCAL_LOCK", "1")  # "promote and register from one place only"
+    r = cli("register", "v1", "--embeddings", bundle)
+    assert r.exit_code == 0, r.output
+    monkeypatch.delenv("COMPAT_LOCAL_LOCK")
+    r = cli("promote", "v1")
+    assert r.exit_code == 3 and "COMPAT_REGISTRY_DATABASE is not set" in r.stderr, r.output
+    assert Registry().production() is None
+    monkeypatch.setenv("COMPAT_LOCAL_LOCK", "1")
+    assert cli("promote", "v1").exit_code == 0
