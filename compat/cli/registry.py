@@ -31,8 +31,9 @@ def _registry(uri: str | None, read: bool = False) -> Any:
 
 
 def _store_missing(reg: Any) -> bool:
-    """Whether the registry is the local one and its database does not exist yet."""
-    return reg.is_local and not (reg.root / "mlflow.db").exists()
+    """Whether the registry is the local one and its database does not exist yet (a damaged
+    one is exit 5: ``Registry.local_store_exists``)."""
+    return reg.is_local and not reg.local_store_exists()
 
 
 def _no_store_error(reg: Any) -> Exception:

@@ -40,6 +40,7 @@ DEFAULT_MODEL = "compat"
 EXPERIMENT = "compat"
 # The PostgreSQL database of a shared mlflow server's backend store (its --backend-store-uri).
 DATABASE_ENV = "COMPAT_REGISTRY_DATABASE"
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 LOCAL_LOCK_ENV = "COMPAT_LOCAL_LOCK"  # 1: a remote server locked per machine (one writer place)
 REMOTE_SCHEMES = ("http://", "https://", "databricks")
 # Write conflicts from a shared server (concurrent tag upserts hit a unique violation) are
@@ -165,12 +166,63 @@ class Registry:
             self._client = self._connect()
         return self._client
 
+    def local_store_exists(self, wait: bool = True) -> bool:
+        """Whether the embedded store (``registry/mlflow.db``) exists; False where nothing is
+        there yet (the only place a store is ever created). Anything else that is no usable
+        SQLite file (the folder a file, the database a folder, a symlink that leads nowhere,
+        0 bytes, another file's header) is an InfrastructureError (exit 5) naming it: reading
+        it as an empty registry would hide the damage, and creating one would overwrite it.
+        ``wait``: an empty file may be a store another process is creating: wait for the
+        schema lock and look again (False: the caller holds that lock)."""
+        db = self.root / "mlflow.db"
+        if self.root.exists() and not self.root.is_dir():
+            raise InfrastructureError(f"{self.root}: not a folder (the registry folder holds mlflow.db)")
+        if not os.path.lexists(db):
+            return False
+        if db.is_symlink():
+            try:
+                db.resolve(strict=True)
+            except (OSError, RuntimeError):  # a loop, or a target that is gone
+                raise InfrastructureError(
+                    f"{db}: a symlink that leads nowhere (a loop or a missing target)"
+                ) from None
+        if not db.is_file():
+            raise InfrastructureError(f"{db}: not a file (the registry's SQLite database)")
+        try:
+            with open(db, "rb") as f:
+                head = f.read(len(SQLITE_HEADER))
+        except OSError as err:
+            raise InfrastructureError(f"{db}: cannot be read: {err.strerror or err}") from None
+        if not head and wait and self._being_created(db):
+            return True
+        if not head:
+            raise InfrastructureError(
+                f"{db}: empty (0 bytes), not a registry (truncated?): restore it from a backup, "
+                "or remove it to start a new registry"
+            )
+        if head != SQLITE_HEADER:
+            raise InfrastructureError(f"{db}: not an SQLite database (damaged or another file)")
+        return True
+
+    def _being_created(self, db: Path) -> bool:
+        """An empty database file may be one another process is creating right now, under the
+        schema lock (``_connect``): wait for that lock, then look again."""
+        from filelock import FileLock, Timeout
+
+        try:
+            with FileLock(str(self.root / ".schema.lock"), timeout=300):
+                return db.stat().st_size > 0
+        except (OSError, Timeout):  # a folder we cannot write to: no creator can be there
+            return False
+
     def _connect(self) -> Any:
         _quiet_mlflow_env()
         from filelock import FileLock
 
         schema_lock: Any = contextlib.nullcontext()
         if self.is_local:
+            if self.root.exists() and not self.root.is_dir():
+                self.local_store_exists()  # names it: exit 5
             self.root.mkdir(parents=True, exist_ok=True)
             # Several processes touching a fresh sqlite store at once race on MLflow's schema
             # migration; a file lock serialises first use (and the relocation below).
@@ -184,7 +236,9 @@ class Registry:
             from mlflow import MlflowClient
 
             with schema_lock:
-                if self.is_local and (self.root / "mlflow.db").is_file():
+                # a damaged store is exit 5, never replaced (checked under the lock: a store
+                # another process is creating is never mistaken for a damaged one)
+                if self.is_local and self.local_store_exists(wait=False):
                     relocate(self.root / "mlflow.db", (self.root / "artifacts").as_uri())
                 _set_uris(mlflow, self.uri)
                 client = MlflowClient(self.uri, self.uri)
@@ -205,6 +259,8 @@ class Registry:
                         )
                     except Exception:
                         client.get_registered_model(self.model)
+        except CompatError:  # already one line naming what is wrong (a damaged store)
+            raise
         except Exception as err:  # MLflow raises many types for "cannot reach the store"
             raise InfrastructureError(
                 f"registry {self.uri} is unreachable: {_short(err)}"

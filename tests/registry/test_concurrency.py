@@ -30,15 +30,23 @@ def _spawn(args: list[str], cwd: Path) -> subprocess.Popen:
     )
 
 
-def test_first_use_from_parallel_processes_does_not_race(tmp_path: Path):
-    # A read command creates no store; an empty sqlite file is one MLflow must still migrate.
-    (tmp_path / "registry").mkdir()
-    (tmp_path / "registry" / "mlflow.db").touch()
-    procs = [_spawn(["versions", "--json"], tmp_path) for _ in range(N)]
-    outs = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
-    for code, out, err in outs:
-        assert code == 0, err
-        assert json.loads(out) == {"versions": []}
+def test_first_use_from_parallel_processes_does_not_race(project):
+    """Writers that create the store at once (MLflow's schema migration under the schema lock)
+    while readers look: every registration lands, no reader mistakes the store being created
+    for a damaged one (an empty file is exit 5 once nobody is creating it)."""
+    names = [f"v{i}" for i in range(1, 4)]
+    for i, name in enumerate(names):
+        project.contract(name)
+        project.bundle(name, project.embeddings(0.8, i))
+    writers = [_spawn(["register", n, "--embeddings", f"bundles/{n}.npz"], project.root)
+               for n in names]  # fmt: skip
+    readers = [_spawn(["versions", "--json"], project.root) for _ in range(3)]
+    for p in writers + readers:
+        code, err = p.wait(timeout=300), p.stderr.read()
+        # a reader before the store exists lists nothing; after, what is there: never exit 5
+        assert code == 0 and "Traceback" not in err, err
+    listed = json.loads(CliRunner().invoke(app, ["versions", "--json"]).stdout)["versions"]
+    assert sorted(v["version"] for v in listed) == names
 
 
 def test_concurrent_promotions_against_the_same_parent(project):

@@ -284,3 +284,82 @@ def test_an_unreachable_promotion_log_database_is_exit_5(tmp_path):
     with pytest.raises(InfrastructureError, match=r"127\.0\.0\.1:9/db is unreachable") as err:
         ledger.promotions()
     assert "secret" not in str(err.value)
+
+
+# --- issue 30 cases 6 and 12: a damaged embedded store is exit 5, never an empty registry -----
+
+
+def _zero_bytes(reg: Path) -> None:
+    (reg / "mlflow.db").write_bytes(b"")
+
+
+def _a_folder(reg: Path) -> None:
+    (reg / "mlflow.db").mkdir()
+
+
+def _a_loop(reg: Path) -> None:
+    (reg / "mlflow.db").symlink_to("mlflow.db")
+
+
+def _dangling(reg: Path) -> None:
+    (reg / "mlflow.db").symlink_to("gone.db")
+
+
+def _not_sqlite(reg: Path) -> None:
+    (reg / "mlflow.db").write_bytes(b"PK\x03\x04 a zip, not a database")
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (_zero_bytes, "mlflow.db: empty (0 bytes), not a registry"),
+        (_a_folder, "mlflow.db: not a file"),
+        (_a_loop, "mlflow.db: a symlink that leads nowhere"),
+        (_dangling, "mlflow.db: a symlink that leads nowhere"),
+        (_not_sqlite, "mlflow.db: not an SQLite database"),
+        (None, "registry: not a folder"),
+    ],
+)
+def test_a_damaged_store_is_exit_5_and_left_as_it_is(tmp_path, monkeypatch, damage, said):
+    import time
+
+    import numpy as np
+
+    from compat.embeddings.bundle import EmbeddingBundle, save_bundle
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "contracts").mkdir()
+    (tmp_path / "contracts" / "v1.yaml").write_text(
+        "version: v1\nembedding_dim: 4\nhead: cosface\n"
+    )
+    bundle = EmbeddingBundle(np.eye(4, dtype=np.float32), np.arange(4), list("abcd"), version="v1")
+    save_bundle(tmp_path / "v1.npz", bundle)
+    reg = tmp_path / "registry"
+    if damage is None:
+        reg.write_text("a file where the registry folder should be")
+    else:
+        reg.mkdir()
+        damage(reg)
+    before = _snapshot(reg)
+    for args in (["versions"], ["show", "v1"], ["chain", "v1"], ["log"], ["verify", "--json"],
+                 ["register", "v1", "--embeddings", "v1.npz"]):  # fmt: skip
+        start = time.monotonic()
+        r = cli(*args)
+        assert r.exit_code == 5, (args, r.output)
+        assert time.monotonic() - start < 10, args  # no retries against a folder (was 105 s)
+        [line] = r.stderr.splitlines()
+        assert said in line and "Traceback" not in r.output, (args, line)
+    assert _snapshot(reg) == before  # nothing created over it, nothing changed
+
+
+def _snapshot(reg: Path) -> object:
+    """What is at ``reg``: a file's bytes, or each entry of the folder (links as links)."""
+    if not reg.is_dir():
+        return reg.read_bytes()
+
+    def entry(p: Path) -> object:
+        if p.is_symlink():
+            return ("link", os.readlink(p))
+        return ("dir",) if p.is_dir() else ("file", p.read_bytes())
+
+    return {p.name: entry(p) for p in reg.iterdir() if p.name != ".schema.lock"}
