@@ -35,6 +35,20 @@ def redacted(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 
+def check_reachable(url: str) -> None:
+    """Connect once to the PostgreSQL database at ``url`` within ``CONNECT_TIMEOUT_S``; an
+    InfrastructureError (exit 5) naming it (password hidden) if that fails. MLflow's own
+    engine retries a refused connection ten times with backoff (about 100 s of warnings), so a
+    tracking URI naming a database is tried here first."""
+    import psycopg
+
+    try:
+        psycopg.connect(plain_url(url), connect_timeout=CONNECT_TIMEOUT_S).close()
+    except psycopg.Error as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise InfrastructureError(f"registry {redacted(url)} is unreachable: {first}") from None
+
+
 def lock_key(model: str) -> int:
     """A signed 64-bit advisory-lock key for a registered model's promotions."""
     digest = hashlib.sha256(f"compat.promote:{model}".encode()).digest()

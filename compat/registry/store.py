@@ -227,6 +227,10 @@ class Registry:
             # Several processes touching a fresh sqlite store at once race on MLflow's schema
             # migration; a file lock serialises first use (and the relocation below).
             schema_lock = FileLock(str(self.root / ".schema.lock"), timeout=300)
+        elif self.uri.startswith(("postgresql://", "postgresql+", "postgres://")):
+            from compat.registry.shared import check_reachable
+
+            check_reachable(self.uri)  # at once, not after MLflow's ten retries
         elif self.uri.startswith("sqlite:"):
             db = _check_sqlite_folder(self.uri)
             if db is not None:

@@ -363,3 +363,22 @@ def _snapshot(reg: Path) -> object:
         return ("dir",) if p.is_dir() else ("file", p.read_bytes())
 
     return {p.name: entry(p) for p in reg.iterdir() if p.name != ".schema.lock"}
+
+
+def test_a_database_tracking_uri_at_a_closed_port_is_exit_5_at_once(tmp_path, monkeypatch):
+    """Issue 30 case 10: MLflow retried a refused PostgreSQL connection for ~100 s."""
+    import socket
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = f"postgresql+psycopg://alice:s3cret@127.0.0.1:{port}/mlflow"
+    for args in (["versions"], ["log"], ["verify"]):
+        start = time.monotonic()
+        r = cli(*args, "--registry-uri", uri)
+        assert r.exit_code == 5, (args, r.output)
+        assert time.monotonic() - start < 15, args
+        [line] = r.stderr.splitlines()
+        assert f"alice:***@127.0.0.1:{port}" in line and "s3cret" not in r.output
