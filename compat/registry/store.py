@@ -176,7 +176,9 @@ class Registry:
         schema lock and look again (False: the caller holds that lock)."""
         db = self.root / "mlflow.db"
         if self.root.exists() and not self.root.is_dir():
-            raise InfrastructureError(f"{self.root}: not a folder (the registry folder holds mlflow.db)")
+            raise InfrastructureError(
+                f"{self.root}: not a folder (the registry folder holds mlflow.db)"
+            )
         if not os.path.lexists(db):
             return False
         if db.is_symlink():
