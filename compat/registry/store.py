@@ -40,7 +40,8 @@ DEFAULT_MODEL = "compat"
 EXPERIMENT = "compat"
 # The PostgreSQL database of a shared mlflow server's backend store (its --backend-store-uri).
 DATABASE_ENV = "COMPAT_REGISTRY_DATABASE"
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a read waits for another process's write transaction  # the first 16 bytes of every SQLite database file
 LOCAL_LOCK_ENV = "COMPAT_LOCAL_LOCK"  # 1: a remote server locked per machine (one writer place)
 REMOTE_SCHEMES = ("http://", "https://", "databricks")
 # Write conflicts from a shared server (concurrent tag upserts hit a unique violation) are
@@ -454,7 +455,7 @@ def relocate(db: Path, artifacts_uri: str) -> bool:
     """
     import sqlite3
 
-    con = sqlite3.connect(db, timeout=30)
+    con = sqlite3.connect(db, timeout=SQLITE_BUSY_TIMEOUT_S)
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "experiments" not in tables:
