@@ -81,19 +81,23 @@ def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
     return tags
 
 
+def _json_tag(tags: dict[str, str], key: str) -> Any:
+    """The JSON value of tag ``key``; None when absent or not JSON (a hand-edited tag): the
+    callers then read the older per-item tags."""
+    try:
+        return json.loads(tags[key]) if tags.get(key) else None
+    except ValueError:
+        return None
+
+
 def gains_from_tags(tags: dict[str, str]) -> dict[str, Any]:
     """The update gains the gate recorded (``compat.gains``: protocol -> metric -> ``{paragon,
     value, meaningful, reason}``, as promote's ``--json`` has them); for a verdict recorded
     before that tag existed, the ``compat.gain.<protocol>`` tags (first metric; meaningful
     unknown, so null)."""
-    raw = tags.get(GAINS_TAG)
-    if raw:
-        try:
-            gains = json.loads(raw)
-        except ValueError:
-            gains = None
-        if isinstance(gains, dict):
-            return gains
+    gains = _json_tag(tags, GAINS_TAG)
+    if isinstance(gains, dict):
+        return gains
     out: dict[str, Any] = {}
     for key, value in tags.items():
         if key.startswith("compat.gain.") and key != GAINS_TAG:
@@ -138,14 +142,9 @@ def checks_from_tags(tags: dict[str, str], gallery: str | None = None) -> list[d
     """The checks the gate recorded on a version (``gallery``: only those against it): the
     check objects of ``compat.checks``; for a verdict recorded before that tag existed, the
     ``compat.check.<gallery>.<protocol>.<metric>`` tags (their other fields null)."""
-    raw = tags.get(CHECKS_TAG)
-    if raw:
-        try:
-            checks = json.loads(raw)
-        except ValueError:
-            checks = None
-        if isinstance(checks, list) and all(isinstance(c, dict) for c in checks):
-            return [c for c in checks if gallery is None or c.get("gallery") == gallery]
+    checks = _json_tag(tags, CHECKS_TAG)
+    if isinstance(checks, list) and all(isinstance(c, dict) for c in checks):
+        return [c for c in checks if gallery is None or c.get("gallery") == gallery]
     prefix = "compat.check."
     out = []
     for key, value in sorted(tags.items()):
