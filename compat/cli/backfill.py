@@ -65,9 +65,11 @@ def backfill(
     ),
     order: str = typer.Option("oldest", "--order", help="oldest (first rows first) or random."),
     seed: int = typer.Option(0, "--seed", help="Seed of --order random."),
-    models: Path = typer.Option(Path("models"), "--models", help="Folder of versions."),
+    models: Path = typer.Option(
+        Path("models"), "--models", help="Folder of trained versions (psi in <version>/ upgrade/)."
+    ),
     psi: Path | None = typer.Option(
-        None, "--psi", help="psi folder (default: <models>/<to>/upgrade)."
+        None, "--psi", help="psi folder (default: upgrade/ in --to's folder under --models)."
     ),
     batch_size: int = typer.Option(8192, "--batch-size", min=1, help="Rows per batch."),
     assume_from: bool = typer.Option(

@@ -1,4 +1,5 @@
-"""Shared CLI plumbing: errors as one line and an exit code, MLflow kept quiet, the project test.
+"""Shared CLI plumbing: errors as one line and an exit code, MLflow kept quiet, the project test,
+the app class whose help shows boolean flags as flags.
 
 **A project** is the folder a command runs in when it holds ``params.yaml``, ``dvc.yaml`` or a
 ``registry/`` folder (the embedded store), or when the registry is named explicitly
@@ -14,25 +15,87 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from compat.errors import CompatError, NotFoundError
 
 PROJECT_MARKERS = ("params.yaml", "dvc.yaml", "registry")
 
 
+def _plain_flags(params: list[Any]) -> list[Any]:
+    """Boolean flags (``--json``, ``--help``) shown as flags: typer's help would write
+    ``--json <bool>``, as if the option took a value (``--json true`` is a usage error)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+def _unwrapped(text: str | None) -> str | None:
+    """Help prose as paragraphs that wrap to the terminal: typer's rich help keeps a
+    docstring's single line breaks, which break lines mid-sentence on a narrow terminal. A
+    paragraph starting with ``\\b`` (click's mark) is kept as written."""
+    if not text:
+        return text
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
+class Command(TyperCommand):
+    """A compat command: help prose rewrapped, boolean flags shown without a value."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = _unwrapped(self.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """A compat command group (``compat``, ``compat data``): as :class:`Command`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = _unwrapped(self.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
+
+class App(typer.Typer):
+    """``typer.Typer`` whose commands and groups are :class:`Command` and :class:`Group`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", Group)
+        super().__init__(**kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["cls"] = kwargs.get("cls") or Command
+        return super().command(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def exit_on_error(on_error: Callable[[CompatError], None] | None = None) -> Iterator[None]:
     """Turn a CompatError into ``error: <message>`` on stderr and its documented exit code
-    (``on_error`` is told first, e.g. to write the CI step summary)."""
+    (``on_error`` is told first, e.g. to write the CI step summary). Credentials of any URI
+    in the message are hidden (:func:`compat.registry.uris.mask`), whoever raised it."""
     try:
         yield
     except CompatError as err:
+        from compat.registry.uris import mask
+
+        err.message = mask(err.message)
         print(f"error: {err.message}", file=sys.stderr)
         if on_error is not None:
             on_error(err)
         raise typer.Exit(err.exit_code) from None
+
+
+_USER_SET = {k for k in ("MLFLOW_LOGGING_LEVEL",) if k in os.environ}  # before compat sets it
 
 
 def quiet_mlflow_logs() -> None:
@@ -44,6 +107,10 @@ def quiet_mlflow_logs() -> None:
     for name in ("mlflow", "alembic"):
         logger = logging.getLogger(name)
         logger.setLevel(max(level, logging.WARNING) if name == "alembic" else level)
+    # Its store logs every failed database statement with a traceback before raising it; the
+    # exception reaches compat, which says it in one line (a full disk, a locked database).
+    if "MLFLOW_LOGGING_LEVEL" not in _USER_SET:
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def in_project(folder: Path | None = None) -> bool:

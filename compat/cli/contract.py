@@ -7,10 +7,13 @@ from typing import Any
 
 import typer
 
-from compat.cli.common import exit_on_error
+from compat.cli.common import App, exit_on_error
 
-contract_app = typer.Typer(
-    help="Compatibility contracts (contracts/<version>.yaml).", no_args_is_help=True
+contract_app = App(
+    help="Compatibility contracts (contracts/<version>.yaml).\n\n"
+    "Exit codes: 0 every file valid; 2 usage (bad option, no file given); 3 a file not found; 4 "
+    "a file with problems (each printed as file: field: reason).",
+    no_args_is_help=True,
 )
 
 
@@ -23,10 +26,15 @@ def _problem(path: Path, text: str) -> dict[str, str]:
 
 @contract_app.command("validate")
 def validate(
-    files: list[Path] = typer.Argument(..., help="contract YAML files"),
+    files: list[Path] = typer.Argument(
+        ..., metavar="FILE", help="contract YAML files (contracts/<version>.yaml)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Check contract files; print `file: field: reason` for every problem (exit 4 if any)."""
+    """Check contract files; print `file: field: reason` for every problem (exit 4 if any).
+
+    Exit codes: 0 every file valid; 2 usage (bad option, no file given); 3 a file not found;
+    4 a file with problems (each printed; with --json in the object)."""
     from compat.cli import output
     from compat.contracts.schema import check_contract
 

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import typer
 
-from compat.cli.common import exit_on_error
+from compat.cli.common import App, exit_on_error
 
-data_app = typer.Typer(help="Inspect the image source (data/source.json).", no_args_is_help=True)
+data_app = App(
+    help="Inspect the image source (data/source.json).\n\n"
+    "Exit codes: 0 success; 2 usage (bad option); 3 the source file (or an image) not found; 4 a "
+    "malformed source file or an unreadable image; 5 (preview) a full disk, spent quota or "
+    "read-only file system.",
+    no_args_is_help=True,
+)
 
 
 @data_app.command("info")
@@ -17,7 +23,10 @@ def info(
     source: Path = typer.Option(Path("data/source.json"), help="the data stage's source file"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Print the source's kind, size, class count and fingerprint."""
+    """Print the source's kind, size, class count and fingerprint.
+
+    Exit codes: 0 success; 2 usage (bad option); 3 the source file not found (run the data
+    stage: dvc repro data); 4 a malformed source file."""
     from compat.data.sources import open_source
 
     with exit_on_error():
@@ -39,7 +48,11 @@ def preview(
     per_class: int = typer.Option(10, min=1, help="columns: images of the class"),
     scale: int = typer.Option(2, min=1, max=8, help="pixel magnification"),
 ) -> None:
-    """Write a grid of images (one class per row) to see what the models train on."""
+    """Write a grid of images (one class per row) to see what the models train on.
+
+    Exit codes: 0 the PNG written; 2 usage (bad option); 3 the source file or an image not
+    found; 4 a malformed source file or an unreadable image; 5 a full disk, spent quota or
+    read-only file system writing --out (the path and the bytes needed named)."""
     import io
 
     import numpy as np

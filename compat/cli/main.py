@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import typer
 
-app = typer.Typer(
-    name="compat",
-    help="Train, prove and promote backward-compatible embedding models.",
+from compat.cli.common import App
+
+app = App(
+    name="compat",  # help: main's docstring
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -43,7 +44,13 @@ def main(
         help="Print compat's version and exit.",
     ),
 ) -> None:
-    """Train, prove and promote backward-compatible embedding models."""
+    """Train, prove and promote backward-compatible embedding models.
+
+    Exit codes: 0 success, or every criterion passed; 1 a criterion failed (promote); 2 usage
+    error; 3 something named not found; 4 bad input (contract, card, params, embeddings,
+    images); 5 the registry unreachable, or a full disk; 6 a conflict (production moved
+    meanwhile, drift, another backfill writing --out); 7 nothing done (backfill with a refused
+    psi). Each command's --help lists those it returns."""
     from compat.cli.common import quiet_mlflow_logs
 
     quiet_mlflow_logs()

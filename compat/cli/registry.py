@@ -21,13 +21,14 @@ REGISTRY_ROOT = Path("registry")
 
 def _registry(uri: str | None, read: bool = False) -> Any:
     """The registry the command names. ``read``: a read command, which outside a project
-    (compat.cli.common) exits 3 and never creates the local store."""
+    (compat.cli.common) exits 3, never creates the local store and opens the registry
+    read-only (a folder the user cannot write to serves)."""
     from compat.registry.store import Registry
 
     quiet_mlflow_logs()
     if read:
         require_project(uri)
-    return Registry(uri=uri, root=REGISTRY_ROOT)
+    return Registry(uri=uri, root=REGISTRY_ROOT, read_only=read)
 
 
 def _store_missing(reg: Any) -> bool:
@@ -62,18 +63,30 @@ JsonOption = typer.Option(False, "--json", help="print one JSON object")
 
 
 def register_cmd(
-    version: str = typer.Argument(..., help="the version to register, e.g. v2"),
+    version: str = typer.Argument(..., metavar="VERSION", help="the version to register, e.g. v2"),
     embeddings: Path | None = typer.Option(
         None,
         "--embeddings",
-        help="register from an embeddings bundle (.npz) of the evaluation set instead of models/<version>",
+        help="register from the version's embeddings of the evaluation set instead of "
+        "models/<version>: an .npz bundle, an .npy matrix (labels in a <stem>.meta.npz sidecar) "
+        "or a folder of Parquet shards",
     ),
-    models: Path = typer.Option(Path("models"), help="folder of trained versions"),
-    contracts: Path = typer.Option(Path("contracts"), help="folder of contracts"),
+    models: Path = typer.Option(
+        Path("models"), help="folder of trained versions (models/<version>/)"
+    ),
+    contracts: Path = typer.Option(Path("contracts"), help="folder of contracts (<version>.yaml)"),
     uri: str | None = UriOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Log a version's run (params, metrics, card, weights, contract) and register it."""
+    """Log a version's run (params, metrics, card, weights, contract) and register it.
+
+    Exit codes: 0 registered (or already registered with the same weights); 2 usage (bad
+    option); 3 not found (the version's folder, weights or card, its contract, the embeddings
+    file, the folder of a sqlite:/// URI); 4 bad input (card, contract, embeddings: wrong
+    dimension, NaN; a version name that is not letters, digits, `.`, `_`, `-`; other weights
+    under a registered name, both digests named); 5 registry unreachable, or a full disk,
+    spent quota or read-only file system; 6 a write that kept conflicting with a concurrent one
+    on the server."""
     from compat.registry.register import register
 
     with exit_on_error():
@@ -102,13 +115,13 @@ M(production, production), on the contract's rollback criteria.
 Exit codes: 0 every criterion passed (production moved, or already pointed at VERSION); 1 a
 criterion failed, production unchanged; 2 usage (bad option, --against missing while
 production is set, --rollback on a promotion that is not one); 3 not found (version, contract,
-artifact, evaluation set); 4 bad input (contract, card, params, embeddings); 5 registry or
-promotion-log database unreachable; 6 production is not at --against (moved meanwhile, or
-unset), a rollback without --rollback, a write conflict that persisted."""
+artifact, evaluation set); 4 bad input (contract, card, params, embeddings, an invalid version
+name); 5 registry or promotion-log database unreachable; 6 production is not at --against
+(moved meanwhile, or unset), a rollback without --rollback, a write conflict that persisted."""
 
 
 def promote_cmd(
-    version: str = typer.Argument(..., help="the candidate version"),
+    version: str = typer.Argument(..., metavar="VERSION", help="the candidate version"),
     against: str | None = typer.Option(
         None,
         "--against",
@@ -126,7 +139,9 @@ def promote_cmd(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="evaluate and print the verdict; write nothing"
     ),
-    bootstrap: int = typer.Option(1000, min=0, help="bootstrap resamples over queries"),
+    bootstrap: int = typer.Option(
+        1000, min=0, help="bootstrap resamples over queries (0: no confidence bounds)"
+    ),
     seed: int = typer.Option(0, help="seed of the bootstrap resamples"),
     contracts: Path = typer.Option(Path("contracts"), help="folder of contracts (<version>.yaml)"),
     models: Path = typer.Option(
@@ -248,7 +263,11 @@ def _print_verdict(report: dict[str, Any]) -> None:
 
 
 def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
-    """List registered versions with parent, status and alias."""
+    """List registered versions with parent, status and alias.
+
+    Exit codes: 0 success (also when nothing is registered yet); 2 usage (bad option); 3 not a
+    compat project and no --registry-uri, or the folder of a sqlite:/// URI does not exist; 5
+    registry unreachable or its database damaged."""
     with exit_on_error():
         reg = _registry(uri, read=True)
         records = [] if _store_missing(reg) else reg.versions()
@@ -299,9 +318,17 @@ def versions_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> Non
 
 
 def show_cmd(
-    version: str = typer.Argument(...), uri: str | None = UriOption, as_json: bool = JsonOption
+    version: str = typer.Argument(
+        ..., metavar="VERSION", help="the registered version to show, e.g. v2"
+    ),
+    uri: str | None = UriOption,
+    as_json: bool = JsonOption,
 ) -> None:
-    """Show one version: tags, description, alias."""
+    """Show one version: tags, description, alias.
+
+    Exit codes: 0 success; 2 usage (bad option); 3 not found (not a compat project and no
+    --registry-uri, no registry yet, VERSION not registered); 4 an invalid version name; 5
+    registry unreachable or its database damaged."""
     from compat.registry.record import checks_from_tags, gains_from_tags
 
     with exit_on_error():
@@ -364,11 +391,20 @@ CHAIN_STYLES = {"pass": ("pass", "green"), "fail": ("FAIL", "red")}
 
 
 def chain_cmd(
-    version: str | None = typer.Argument(None, help="default: the production version"),
+    version: str | None = typer.Argument(
+        None,
+        metavar="VERSION",
+        help="the version whose lineage to show (default: the production version)",
+    ),
     uri: str | None = UriOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Lineage of a version with the recorded verdict of every (version, ancestor) pair."""
+    """Lineage of a version with the recorded verdict of every (version, ancestor) pair.
+
+    Exit codes: 0 success; 2 usage (bad option); 3 not found (not a compat project and no
+    --registry-uri, no registry yet, the version not registered, no version given while
+    production is unset); 4 an invalid version name; 5 registry unreachable or its database
+    damaged."""
     from compat.registry.chain import lineage
 
     with exit_on_error():
@@ -392,7 +428,11 @@ def chain_cmd(
 
 
 def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
-    """The promotion log: who moved production, when, from what to what."""
+    """The promotion log: who moved production, when, from what to what.
+
+    Exit codes: 0 success (also when nothing was promoted yet); 2 usage (bad option); 3 not a
+    compat project and no --registry-uri, or the folder of a sqlite:/// URI does not exist; 5
+    the registry or the promotion-log database unreachable."""
     with exit_on_error():
         reg = _registry(uri, read=True)
         entries = [] if _store_missing(reg) else reg.ledger().promotions()
@@ -457,9 +497,19 @@ def verify_cmd(
         "file); run it before mlflow.pyfunc.load_model, which runs the model's code",
     ),
 ) -> None:
-    """Check that `production` is where the promotion log's last committed move put it, and
+    """Check `production` against the promotion log, or a model's files against registration.
+
+    Checks that `production` is where the promotion log's last committed move put it, and
     that no killed promotion left a half-written state (exit 6 naming it; --repair fixes it).
-    With --model VERSION: check that model's files instead (exit 4 naming a changed one)."""
+    With --model VERSION: checks that model's files instead (exit 4 naming a changed one).
+
+    Exit codes: 0 production is where the log says and nothing is half-written (with --model:
+    every file matches); 2 usage (--model with --repair); 3 not found (not a compat project
+    and no --registry-uri, no registry yet, --model's version not registered); 4 with
+    --model, a file changed since registration (named), or an invalid version name; 5 the
+    registry or the promotion-log database unreachable, the promotion lock not acquired; 6
+    drift (production is not where the log's last committed move put it) or what a killed
+    promotion left (a torn log line, a pending record, a stale status: --repair fixes it)."""
     from compat.registry.drift import DriftError, verify
     from compat.registry.integrity import ModelChanged
 
@@ -521,7 +571,7 @@ def _verify_model(reg: Any, name: str, repair: bool, as_json: bool) -> None:
     if check.warning:
         warn(check.warning)
     if as_json:
-        fields = {**dict.fromkeys(VERIFY_FIELDS), "registry": reg.uri}
+        fields = {**dict.fromkeys(VERIFY_FIELDS), "registry": reg.safe_uri}
         _echo_json({**fields, "model": check.to_json(), "message": None, "error": None})
         return
     folders: dict[str, int] = {}

@@ -49,7 +49,8 @@ HELP = (
     "approximate index and reports its recall@k against exact search (the share of each "
     "query's exact top-k it returns), its build time and queries/s; the metrics above stay "
     "exact. The promotion gate always searches exactly.\n\n"
-    "Exit codes: 0 success; 2 usage (unknown protocol); 3 a file is missing; 4 bad input "
+    "Exit codes: 0 success; 2 usage (unknown protocol, index or index parameter; a file that is "
+    "not .npz, .npy or a Parquet folder); 3 a file is missing; 4 bad input "
     "(unreadable archive, missing key, empty array, NaN or inf, non-integer labels, rows and "
     "labels of different lengths, query and gallery of different dimensions without "
     "--dim-mismatch).\n\n"
@@ -60,8 +61,15 @@ HELP = (
 
 
 def score(
-    query: Path = typer.Option(..., "--query", "-q", help="Query embeddings (.npz)."),
-    gallery: Path = typer.Option(..., "--gallery", "-g", help="Gallery embeddings (.npz)."),
+    query: Path = typer.Option(
+        ..., "--query", "-q", help="Query embeddings: .npz, .npy (+ .meta.npz) or a Parquet folder."
+    ),
+    gallery: Path = typer.Option(
+        ...,
+        "--gallery",
+        "-g",
+        help="Gallery embeddings: .npz, .npy (+ .meta.npz) or a Parquet folder.",
+    ),
     protocol: list[str] = typer.Option(
         None,
         "--protocol",

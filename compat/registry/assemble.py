@@ -25,6 +25,7 @@ from compat.io import make_scratch_dir
 from compat.models.card import check_paragon, check_upgrade, read_model_card
 from compat.registry.integrity import check_model
 from compat.registry.store import Registry, VersionRecord
+from compat.registry.uris import mask
 
 
 @dataclass
@@ -69,14 +70,18 @@ def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
     try:
         return Path(
             download_artifacts(
-                run_id=rec.run_id, artifact_path=artifact, dst_path=str(dst), tracking_uri=reg.uri
+                run_id=rec.run_id,
+                artifact_path=artifact,
+                dst_path=str(dst),
+                tracking_uri=reg.tracking_uri,
             )
         )
     except Exception as err:
         shutil.rmtree(dst, ignore_errors=True)
         reg.production_mlflow_version()  # an unreachable registry is exit 5, not "not found"
         raise NotFoundError(
-            f"{rec.name}: artifact {artifact!r} of run {rec.run_id} could not be read: {err}"
+            f"{rec.name}: artifact {artifact!r} of run {rec.run_id} could not be read: "
+            f"{mask(str(err))}"
         ) from None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from compat.errors import ConflictError
+from compat.registry.uris import mask
 
 
 class DriftError(ConflictError):
@@ -71,7 +72,7 @@ def verify(reg: Any, repair: bool = False) -> dict[str, Any]:
         "production": actual,
         "logged": expected_production(promotions),
         "log": ledger.where,
-        "registry": reg.uri,
+        "registry": mask(reg.uri),
         "drift": message is not None,
         "problems": problems,
         "repaired": repaired,

@@ -163,7 +163,7 @@ def resolve(reg: Registry, name: str) -> VersionRecord:
     if name == f"@{PRODUCTION}":
         current = reg.production()
         if current is None:
-            raise NotFoundError(f"{PRODUCTION} is unset in {reg.uri}: no model to check")
+            raise NotFoundError(f"{PRODUCTION} is unset in {reg.safe_uri}: no model to check")
         name = current
     elif name.startswith("@"):
         raise UsageError(f"{name}: the only alias compat knows is @{PRODUCTION}")

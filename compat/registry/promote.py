@@ -35,6 +35,7 @@ from compat.registry.drift import drift
 from compat.registry.promotions import now, who
 from compat.registry.record import record_verdict, seal
 from compat.registry.store import Registry, VersionRecord, check_version_name
+from compat.registry.uris import mask
 
 # ``--against none``: the caller expects production to be unset (the first promotion).
 NO_VERSION = "none"
@@ -249,7 +250,7 @@ def _report(
         "passed": verdict.passed,
         "when": now(),
         "who": who(),
-        "registry": reg.uri,
+        "registry": mask(reg.uri),
         "contract": {"path": str(contract_path), "sha256": contract_digest(contract_path)},
         "criteria": [],
         "matrix": {},
@@ -306,7 +307,7 @@ def _move_production(
                 **({"kind": kind} if kind else {}),
                 contract_sha256=report["contract"]["sha256"],
                 report_sha256=report["report_sha256"],
-                registry=reg.uri,
+                registry=mask(reg.uri),
                 mlflow_version=rec.mlflow_version,
             )
             # If the move fails (the server died), the pending record stays: the next

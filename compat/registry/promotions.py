@@ -246,13 +246,24 @@ def _complete(tail: bytes) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def promotion_lock(root: str | os.PathLike[str], timeout: float = 120.0) -> Iterator[None]:
+    """The file lock ``<root>/promote.lock``; a folder where it cannot be made (read-only, no
+    permission) is an InfrastructureError (exit 5) naming the folder, before anything is done."""
     from filelock import FileLock, Timeout
 
-    Path(root).mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(Path(root) / LOCK_FILE), timeout=timeout)
     try:
-        with FileLock(str(Path(root) / LOCK_FILE), timeout=timeout):
-            yield
+        Path(root).mkdir(parents=True, exist_ok=True)
+        lock.acquire()
     except Timeout:
         raise InfrastructureError(
             f"{Path(root) / LOCK_FILE}: lock not acquired within {timeout:g} s"
         ) from None
+    except OSError as err:
+        raise InfrastructureError(
+            f"{Path(root).resolve()}: the registry folder is not writable ({LOCK_FILE}: "
+            f"{err.strerror or err}): promotions write there"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -20,6 +20,7 @@ from typing import Any
 
 from compat.errors import InfrastructureError
 from compat.registry.promotions import Ledger
+from compat.registry.uris import mask
 
 TABLE = "compat_promotions"
 CONNECT_TIMEOUT_S = 10
@@ -31,8 +32,9 @@ def plain_url(url: str) -> str:
 
 
 def redacted(url: str) -> str:
-    """The URL with its password hidden (it is printed in error messages)."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    """The URL (or a message quoting one) with its credentials hidden
+    (:func:`compat.registry.uris.mask`): it is printed in error messages."""
+    return mask(url)
 
 
 def check_reachable(url: str) -> None:
@@ -45,7 +47,7 @@ def check_reachable(url: str) -> None:
     try:
         psycopg.connect(plain_url(url), connect_timeout=CONNECT_TIMEOUT_S).close()
     except psycopg.Error as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        first = mask((str(err).strip().splitlines() or [type(err).__name__])[0][:300])
         raise InfrastructureError(f"registry {redacted(url)} is unreachable: {first}") from None
 
 
@@ -65,7 +67,7 @@ class PostgresLedger(Ledger):
         self._held: Any = None  # the connection holding the advisory lock
 
     def _fail(self, what: str, err: BaseException) -> InfrastructureError:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        first = mask((str(err).strip().splitlines() or [type(err).__name__])[0][:300])
         return InfrastructureError(
             f"promotion log database {redacted(self.url)} is unreachable ({what}): {first}"
         )

@@ -17,6 +17,7 @@ imported lazily: ``import mlflow`` costs over a second and ``compat --help`` mus
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import time
@@ -32,6 +33,7 @@ from compat.errors import (
     NotFoundError,
 )
 from compat.names import name_problem
+from compat.registry.uris import mask
 
 TAG_PREFIX = "compat."
 VERSION_TAG = "compat.version"
@@ -96,21 +98,38 @@ def _quiet_mlflow_env() -> None:
 
 
 class Registry:
-    """A thin, typed wrapper over ``MlflowClient`` speaking compat's vocabulary."""
+    """A thin, typed wrapper over ``MlflowClient`` speaking compat's vocabulary.
+
+    ``read_only``: the registry is only read (``versions``, ``show``, ``chain``, ``log``,
+    ``verify``), so a folder the user cannot write to serves as well: nothing is created
+    (no folder, experiment or registered model), the embedded database is opened read-only,
+    a copied store is re-pointed at its own artifacts in a scratch copy (:meth:`_readable`),
+    and the promotion log is read without its lock. Every URI this class prints is
+    :attr:`safe_uri`, credentials hidden (:mod:`compat.registry.uris`)."""
 
     def __init__(
         self,
         uri: str | None = None,
         root: str | os.PathLike[str] = "registry",
         model: str = DEFAULT_MODEL,
+        read_only: bool = False,
     ) -> None:
         self.root = Path(root).resolve()
         self.uri = (
             uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self.root / 'mlflow.db'}"
         )
         self.model = model
+        self.read_only = read_only
+        # the URI MLflow is given: ``uri``, or a read-only form of the embedded store (_connect)
+        self.tracking_uri = self.uri
         self._client: Any = None
         self._ledger: Any = None
+        self._no_model = False  # read-only: the registered model does not exist (yet)
+
+    @property
+    def safe_uri(self) -> str:
+        """The URI as compat prints and records it: credentials hidden."""
+        return mask(self.uri)
 
     @property
     def is_local(self) -> bool:
@@ -151,10 +170,8 @@ class Registry:
         user chose a per-machine lock (``COMPAT_LOCAL_LOCK=1``: promote from one place only)."""
         if not self.uri.startswith(REMOTE_SCHEMES) or os.environ.get(LOCAL_LOCK_ENV) == "1":
             return None
-        from compat.registry.shared import redacted
-
         return (
-            f"{redacted(self.uri)} is a remote server and {DATABASE_ENV} is not set: this "
+            f"{self.safe_uri} is a remote server and {DATABASE_ENV} is not set: this "
             "machine's lock and log would not stop another machine's promotion or registration "
             f"(two logs, one alias); set {DATABASE_ENV} to the server's PostgreSQL "
             f"--backend-store-uri, or {LOCAL_LOCK_ENV}=1 to lock on this machine only (then "
@@ -223,10 +240,17 @@ class Registry:
         from filelock import FileLock
 
         schema_lock: Any = contextlib.nullcontext()
-        if self.is_local:
+        if self.is_local and self.read_only:
+            if not self.local_store_exists():  # a damaged one: exit 5, naming it
+                raise NotFoundError(f"{self.root / 'mlflow.db'}: no registry yet")
+            if os.access(self.root, os.W_OK):
+                # a store another process is still creating is read after it, never half-made;
+                # a folder nobody can write to has no creator (and no lock file is made there)
+                schema_lock = FileLock(str(self.root / ".schema.lock"), timeout=300)
+        elif self.is_local:
             if self.root.exists() and not self.root.is_dir():
                 self.local_store_exists()  # names it: exit 5
-            self.root.mkdir(parents=True, exist_ok=True)
+            self._check_writable()
             # Several processes touching a fresh sqlite store at once race on MLflow's schema
             # migration; a file lock serialises first use (and the relocation below).
             schema_lock = FileLock(str(self.root / ".schema.lock"), timeout=300)
@@ -236,8 +260,12 @@ class Registry:
             check_reachable(self.uri)  # at once, not after MLflow's ten retries
         elif self.uri.startswith("sqlite:"):
             db = _check_sqlite_folder(self.uri)
-            if db is not None:
+            if db is not None and not (self.read_only and not os.access(db.parent, os.W_OK)):
                 schema_lock = FileLock(f"{db}.schema.lock", timeout=300)
+            if db is not None and self.read_only and db.is_file() and "?" not in self.uri:
+                from urllib.parse import quote
+
+                self.tracking_uri = f"sqlite:///file:{quote(str(db))}?mode=ro&uri=true"
         try:
             import mlflow
             from mlflow import MlflowClient
@@ -245,10 +273,16 @@ class Registry:
             with schema_lock:
                 # a damaged store is exit 5, never replaced (checked under the lock: a store
                 # another process is creating is never mistaken for a damaged one)
-                if self.is_local and self.local_store_exists(wait=False):
+                if self.is_local and self.read_only:
+                    self.tracking_uri = self._readable()
+                elif self.is_local and self.local_store_exists(wait=False):
                     relocate(self.root / "mlflow.db", (self.root / "artifacts").as_uri())
-                _set_uris(mlflow, self.uri)
-                client = MlflowClient(self.uri, self.uri)
+                _set_uris(mlflow, self.tracking_uri)
+                client = MlflowClient(self.tracking_uri, self.tracking_uri)
+                if self.read_only:  # nothing created: a model not there yet has no versions
+                    found = client.search_registered_models(f"name = '{self.model}'")
+                    self._no_model = len(found) == 0
+                    return client
                 if client.get_experiment_by_name(EXPERIMENT) is None:
                     location = (self.root / "artifacts").as_uri() if self.is_local else None
                     try:
@@ -270,9 +304,56 @@ class Registry:
             raise
         except Exception as err:  # MLflow raises many types for "cannot reach the store"
             raise InfrastructureError(
-                f"registry {self.uri} is unreachable: {_short(err)}"
+                f"registry {self.safe_uri} is unreachable: {_short(err)}"
             ) from None
         return client
+
+    def _check_writable(self) -> None:
+        """The embedded store's folder, created if missing; a folder this process cannot write
+        to (a read-only mount, no permission) is an InfrastructureError (exit 5) naming it:
+        ``register`` and ``promote`` write there (the read commands do not)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InfrastructureError(
+                f"{self.root}: the registry folder cannot be created: {err.strerror or err}"
+            ) from None
+        if not os.access(self.root, os.W_OK):
+            raise InfrastructureError(
+                f"{self.root}: the registry folder is read-only: register and promote write "
+                "there (versions, show, chain, log and verify only read it)"
+            )
+
+    def _readable(self) -> str:
+        """The URI MLflow reads the embedded store through without writing anything: the
+        database opened read-only (SQLite's ``mode=ro``) in place; or, for a copied store not
+        yet re-pointed at its own artifact folder (:func:`relocate`, an UPDATE), a re-pointed
+        scratch copy (a snapshot, removed at exit), so that reading artifacts (``verify
+        --model``) never reaches the original project's files."""
+        import atexit
+        import shutil
+        import sqlite3
+        import tempfile
+        from urllib.parse import quote
+
+        db = self.root / "mlflow.db"
+        artifacts = (self.root / "artifacts").as_uri()
+        source = f"file:{quote(str(db))}?mode=ro"
+        con = sqlite3.connect(source, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+        try:
+            if _stale_location(con, artifacts) is None:
+                return f"sqlite:///{source}&uri=true"
+            scratch = Path(tempfile.mkdtemp(prefix="compat-registry-"))
+            atexit.register(shutil.rmtree, scratch, True)
+            copy = sqlite3.connect(scratch / "mlflow.db")
+            try:
+                con.backup(copy)
+            finally:
+                copy.close()
+        finally:
+            con.close()
+        relocate(scratch / "mlflow.db", artifacts)
+        return f"sqlite:///{scratch / 'mlflow.db'}"
 
     def call(self, fn: str, *args: Any, **kwargs: Any) -> Any:
         """Call an MlflowClient method; connection failures become InfrastructureError (exit 5).
@@ -291,20 +372,41 @@ class Registry:
                         time.sleep(0.05 * 2**attempt * (1 + random.random()))
                         continue
                     raise ConflictError(
-                        f"registry {self.uri}: {fn}: a concurrent write kept conflicting after "
+                        f"registry {self.safe_uri}: {fn}: a concurrent write kept conflicting after "
                         f"{CONFLICT_RETRIES} retries: {_short(err)}"
                     ) from None
+                full = self._storage_error(err)
+                if full is not None:
+                    raise full from None
                 from mlflow.exceptions import MlflowException
 
                 code = getattr(err, "error_code", "") if isinstance(err, MlflowException) else ""
                 if code == "RESOURCE_DOES_NOT_EXIST":
-                    raise NotFoundError(f"registry {self.uri}: {fn}: {_short(err)}") from None
+                    raise NotFoundError(f"registry {self.safe_uri}: {fn}: {_short(err)}") from None
                 if code == "INVALID_PARAMETER_VALUE":
-                    raise BadInputError(f"registry {self.uri}: {fn}: {_short(err)}") from None
+                    raise BadInputError(f"registry {self.safe_uri}: {fn}: {_short(err)}") from None
                 raise InfrastructureError(
-                    f"registry {self.uri}: {fn} failed: {_short(err)}"
+                    f"registry {self.safe_uri}: {fn} failed: {_short(err)}"
                 ) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _storage_error(self, err: BaseException) -> CompatError | None:
+        """A full disk, spent quota or read-only file system under the store, as the one-line
+        StorageError every file writer gives (exit 5): SQLite says it in words ("database or
+        disk is full"), an artifact copy as an OSError."""
+        from compat.io import storage_error
+
+        db = self.root / "mlflow.db" if self.is_local else None
+        text = str(err).lower()
+        if db is not None and ("database or disk is full" in text or "readonly database" in text):
+            code = errno.ENOSPC if "full" in text else errno.EROFS
+            return storage_error(OSError(code, os.strerror(code)), db)
+        cause: BaseException | None = err
+        while cause is not None:  # MLflow wraps the OSError of a failed artifact copy
+            if isinstance(cause, OSError):
+                return storage_error(cause, getattr(cause, "filename", None) or self.root)
+            cause = cause.__cause__ or cause.__context__
+        return None
 
     @property
     def experiment_id(self) -> str:
@@ -315,13 +417,11 @@ class Registry:
         hidden); None for a store that no browser reaches by URL (sqlite, a database)."""
         if not run_id or not self.uri.startswith(("http://", "https://")):
             return None
-        from compat.registry.shared import redacted
-
         try:
             experiment = self.call("get_run", run_id).info.experiment_id
         except CompatError:  # a link is a courtesy: never fail a gate for it
             return None
-        return f"{redacted(self.uri).rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
+        return f"{self.safe_uri.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
 
     # --- versions -------------------------------------------------------------------------
 
@@ -360,7 +460,7 @@ class Registry:
         rec = self.find(version)
         if rec is None:
             raise NotFoundError(
-                f"version {version!r} is not registered in {self.uri} (run: compat register {version})"
+                f"version {version!r} is not registered in {self.safe_uri} (run: compat register {version})"
             )
         return rec
 
@@ -382,6 +482,8 @@ class Registry:
         for "unset" (MLflow raises the same exception type for a locked sqlite store as for a
         missing alias, so reading the alias itself could not tell the two apart).
         """
+        if self.client is not None and self._no_model:  # read-only, nothing registered yet
+            return None
         aliases = self.call("get_registered_model", self.model).aliases or {}
         version = aliases.get(PRODUCTION)
         return None if version is None else str(version)
@@ -428,7 +530,7 @@ def _check_sqlite_folder(uri: str) -> Path | None:
         return None
     if not path.parent.is_dir():
         raise NotFoundError(
-            f"registry {uri}: folder {path.parent} does not exist (create it, or unset "
+            f"registry {mask(uri)}: folder {path.parent} does not exist (create it, or unset "
             "MLFLOW_TRACKING_URI for the default store under registry/)"
         )
     return path
@@ -457,16 +559,11 @@ def relocate(db: Path, artifacts_uri: str) -> bool:
 
     con = sqlite3.connect(db, timeout=SQLITE_BUSY_TIMEOUT_S)
     try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "experiments" not in tables:
+        old = _stale_location(con, artifacts_uri)
+        if old is None:
             return False
-        row = con.execute(
-            "SELECT artifact_location FROM experiments WHERE name = ?", (EXPERIMENT,)
-        ).fetchone()
-        old = (row[0] or "").rstrip("/") if row else ""
         new = artifacts_uri.rstrip("/")
-        if not old.startswith("file://") or old == new:
-            return False
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         with con:
             for table, column in LOCATION_COLUMNS:
                 if table not in tables:
@@ -484,11 +581,28 @@ def relocate(db: Path, artifacts_uri: str) -> bool:
         con.close()
 
 
+def _stale_location(con: Any, artifacts_uri: str) -> str | None:
+    """The artifact folder an embedded store was created with (the ``compat`` experiment's
+    location) when it is not ``artifacts_uri`` (a copied store: :func:`relocate` moves it);
+    None when nothing has to move. Reads only."""
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "experiments" not in tables:
+        return None
+    row = con.execute(
+        "SELECT artifact_location FROM experiments WHERE name = ?", (EXPERIMENT,)
+    ).fetchone()
+    old = (row[0] or "").rstrip("/") if row else ""
+    if not old.startswith("file://") or old == artifacts_uri.rstrip("/"):
+        return None
+    return old
+
+
 def tag_key(*parts: str) -> str:
     """A tag key from metric names: MLflow keys allow no ``@`` or ``=`` (tar@far=0.1 -> tar/far:0.1)."""
     return ".".join(p.replace("@", "/").replace("=", ":") for p in parts)
 
 
 def _short(err: BaseException) -> str:
+    """The first line of an error (MLflow's may repeat the URI: credentials hidden)."""
     text = str(err).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:300]
+    return mask((text[0] if text else type(err).__name__)[:300])
