@@ -160,10 +160,10 @@ class PromotionLog(Ledger):
                 record = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise BadInputError(f"{self.path}:{n}: not a JSON line") from None
-            out.append(_checked(record, f"{self.path}:{n}"))
+            out.append(checked_record(record, f"{self.path}:{n}"))
         complete = _complete(tail)
         if complete is not None:  # whole record, only its newline lost
-            out.append(_checked(complete, f"{self.path}:{len(whole) + 1}"))
+            out.append(checked_record(complete, f"{self.path}:{len(whole) + 1}"))
         return out
 
     def torn(self) -> str | None:
@@ -220,7 +220,7 @@ class PromotionLog(Ledger):
 REQUIRED = {"pending": ("id", "when", "who", "to"), None: ("id", "state")}
 
 
-def _checked(record: Any, where: str) -> dict[str, Any]:
+def checked_record(record: Any, where: str) -> dict[str, Any]:
     """``record`` if it is a log record; else BadInputError (exit 4) naming the line: a JSON
     value that is no object, or a record without the fields the log's readers rely on."""
     if not isinstance(record, dict):

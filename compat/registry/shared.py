@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compat.errors import InfrastructureError
-from compat.registry.promotions import Ledger
+from compat.registry.promotions import Ledger, checked_record
 from compat.registry.uris import mask
 
 TABLE = "compat_promotions"
@@ -133,7 +133,8 @@ class PostgresLedger(Ledger):
                 return []  # no promotion yet: the table is created under the first lock
             except psycopg.Error as err:
                 raise self._fail("read", err) from None
-        return [dict(r[0]) for r in rows]
+        # the same checks as the file log: a row that is no promotion record is exit 4 naming it
+        return [checked_record(r[0], f"{self.where} row {n}") for n, r in enumerate(rows, start=1)]
 
     def append(self, entry: dict[str, Any]) -> None:
         import psycopg

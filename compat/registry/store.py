@@ -333,8 +333,9 @@ class Registry:
         import atexit
         import shutil
         import sqlite3
-        import tempfile
         from urllib.parse import quote
+
+        from compat.io import make_scratch_dir
 
         db = self.root / "mlflow.db"
         artifacts = (self.root / "artifacts").as_uri()
@@ -343,7 +344,8 @@ class Registry:
         try:
             if _stale_location(con, artifacts) is None:
                 return f"sqlite:///{source}&uri=true"
-            scratch = Path(tempfile.mkdtemp(prefix="compat-registry-"))
+            # compat-registry-*.pid<pid>: removed at exit, swept by a later run after a kill
+            scratch = make_scratch_dir("registry")
             atexit.register(shutil.rmtree, scratch, True)
             copy = sqlite3.connect(scratch / "mlflow.db")
             try:

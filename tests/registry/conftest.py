@@ -156,3 +156,13 @@ def shared_server() -> Iterator[object]:
         yield shared
     finally:
         shared.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_registry_from_the_environment(monkeypatch):
+    """Each test starts with no registry named by the environment. MLflow's fluent API (the
+    pyfunc loader, artifact downloads) can leave ``MLFLOW_TRACKING_URI`` naming an earlier
+    test's store in this process; a test that wants a server sets these itself (``shared``)."""
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "COMPAT_REGISTRY_DATABASE",
+                "COMPAT_LOCAL_LOCK"):  # fmt: skip
+        monkeypatch.delenv(key, raising=False)
