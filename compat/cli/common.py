@@ -44,26 +44,25 @@ def _unwrapped(text: str | None) -> str | None:
     return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
 
 
-class Command(TyperCommand):
-    """A compat command: help prose rewrapped, boolean flags shown without a value."""
+class _ReadableHelp:
+    """Help prose rewrapped, boolean flags shown without a value (mixed into typer's classes)."""
+
+    help: str | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.help = _unwrapped(self.help)
 
     def get_params(self, ctx: Any) -> list[Any]:
-        return _plain_flags(super().get_params(ctx))
+        return _plain_flags(super().get_params(ctx))  # type: ignore[misc]
 
 
-class Group(TyperGroup):
-    """A compat command group (``compat``, ``compat data``): as :class:`Command`."""
+class Command(_ReadableHelp, TyperCommand):
+    """A compat command (see :class:`_ReadableHelp`)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = _unwrapped(self.help)
 
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _plain_flags(super().get_params(ctx))
+class Group(_ReadableHelp, TyperGroup):
+    """A compat command group (``compat``, ``compat data``), as :class:`Command`."""
 
 
 class App(typer.Typer):

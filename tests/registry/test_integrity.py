@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_mlflow_model import _train_tiny, contract  # tests/registry is on sys.path (conftest)
+from test_mlflow_model import promoted_tiny  # tests/registry is on sys.path (conftest)
 from typer.testing import CliRunner
 
 import compat.registry.assemble as A
@@ -25,16 +25,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, registry_template: Path) -> 
     """A project whose v1 (a tiny trained model) is registered and production, built once."""
     root = tmp_path_factory.mktemp("integrity") / "project"
     root.mkdir()
-    shutil.copytree(registry_template, root / "registry")
-    _train_tiny(root)
-    (root / "contracts").mkdir()
-    (root / "contracts" / "v1.yaml").write_text(contract("v1"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        for args in (["register", "v1"], ["promote", "v1", "--against", "none"]):
-            r = runner.invoke(app, args)
-            assert r.exit_code == 0, r.output
+    promoted_tiny(root, registry_template)
     shutil.rmtree(root / "models")  # the loader must read the registry's copy
     return root
 

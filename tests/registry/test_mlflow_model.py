@@ -52,10 +52,8 @@ def _train_tiny(root: Path) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def production(tmp_path_factory: pytest.TempPathFactory, registry_template: Path):
-    """v1 trained, registered and promoted: the production version (built once per module)."""
-    root = tmp_path_factory.mktemp("mlflow-model")
+def promoted_tiny(root: Path, registry_template: Path) -> Path:
+    """In ``root``: a tiny trained v1, registered from its weights and promoted."""
     shutil.copytree(registry_template, root / "registry")
     _train_tiny(root)
     (root / "contracts").mkdir()
@@ -63,10 +61,16 @@ def production(tmp_path_factory: pytest.TempPathFactory, registry_template: Path
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        r = runner.invoke(app, ["register", "v1"])
-        assert r.exit_code == 0, r.output
-        r = runner.invoke(app, ["promote", "v1", "--against", "none"])
-        assert r.exit_code == 0, r.output
+        for args in (["register", "v1"], ["promote", "v1", "--against", "none"]):
+            r = runner.invoke(app, args)
+            assert r.exit_code == 0, r.output
+    return root
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory: pytest.TempPathFactory, registry_template: Path):
+    """v1 trained, registered and promoted: the production version (built once per module)."""
+    root = promoted_tiny(tmp_path_factory.mktemp("mlflow-model"), registry_template)
     # Explicit: MLFLOW_TRACKING_URI may name another test's store once this context is left.
     store = root / "registry"
     return root, Registry(uri=f"sqlite:///{store.resolve() / 'mlflow.db'}", root=store)
