@@ -102,6 +102,22 @@ def test_identity_psi_leaves_the_curve_flat():
     the backward cell. Moments of two disjoint random halves would differ by sampling alone and
     make this curve wobble (issue 17: 57.8, 57.5, 58.3, 57.3, 57.8 on the hard configuration)."""
     manifest, emb, _ = synthetic()
+    # The curve's cells score calibrated rows (q . m + q . (g - m), 2d wide), the backward
+    # cell q . g: equal up to float32 rounding (~1e-7 here). Every metric is a function of
+    # orders (a positive against another row; a query's top score against another's; a
+    # genuine pair against an impostor), and each such gap is above 1e-5 in this data, so
+    # both paths give the same metrics on any processor; the gaps are asserted, not assumed.
+    labels, q, g = np.array(manifest.labels), np.array(manifest.query), np.array(manifest.gallery)
+    scores = (emb["v2"][q] @ emb["v1"][g].T).astype(np.float64)
+    same = labels[q][:, None] == labels[g][None, :]
+    row_gaps = [np.abs(r[p][:, None] - r[~p][None, :]).min()
+                for r, p in zip(scores, same, strict=True) if p.any() and (~p).any()]  # fmt: skip
+    assert min(row_gaps) > 1e-5
+    assert np.diff(np.sort(scores.max(axis=1))).min() > 1e-5
+    pairs = np.array([(a, b) for a, b, _ in manifest.pairs])
+    genuine = np.array([t for *_, t in manifest.pairs])
+    pair = (emb["v2"][pairs[:, 0]] * emb["v1"][pairs[:, 1]]).sum(1).astype(np.float64)
+    assert np.abs(pair[genuine][:, None] - pair[~genuine][None, :]).min() > 1e-5
     cfg = EvaluateConfig(chain=["v1", "v2"], bootstrap=0)
     e = evaluate_forward(manifest, emb, {"v2": ("v1", emb["v1"].copy())}, cfg)["v2"]
     for protocol, metrics in e["metrics"].items():

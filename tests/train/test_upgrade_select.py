@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from compat.models.upgrade import upgrade_array
+from compat.models.upgrade import UpgradeModule, upgrade_array
 from compat.train.upgrade import (
     _evaluate,
     fit_upgrade,
@@ -144,8 +144,14 @@ def test_top1_monitor_ties_break_on_loss_and_the_start_counts():
     new = unit(old + 0.8 * rng.standard_normal(old.shape))
     fit = _fit(old, new, labels, monitor="top1", patience=None, refuse=False)
     o_val, t_val, val_labels = _held_out(old, new, labels)
-    start = heldout_top1(t_val, o_val, val_labels)  # the residual psi starts as the identity
-    rows = [{"epoch": 0, "val_top1": start, "val_loss": float("inf")}, *fit.rows]
+    # The start (epoch 0) scored as the fit scores it: the residual psi starts as the identity
+    # (its branch's output layer is zero, so psi(x) == x bit for bit, whatever the other
+    # weights), through the same _evaluate: the same computation, so ties break the same way.
+    cfg = UpgradeConfig(**CFG)
+    identity = UpgradeModule(old.shape[1], new.shape[1], cfg.hidden, cfg.blocks, True).eval()
+    start = {"epoch": 0, **_evaluate(identity, o_val, t_val, cfg.loss, val_labels)}
+    assert start["val_top1"] == pytest.approx(heldout_top1(t_val, o_val, val_labels))
+    rows = [start, *fit.rows]
     best = max(rows, key=lambda r: (r["val_top1"], -r["val_loss"]))
     assert fit.summary["best_epoch"] == best["epoch"]
     assert fit.summary["val_top1"] == pytest.approx(best["val_top1"])
