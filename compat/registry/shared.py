@@ -20,7 +20,7 @@ from typing import Any
 
 from compat.errors import InfrastructureError
 from compat.registry.promotions import Ledger, checked_record
-from compat.registry.uris import mask
+from compat.registry.uris import first_line, mask
 
 TABLE = "compat_promotions"
 CONNECT_TIMEOUT_S = 10
@@ -47,8 +47,9 @@ def check_reachable(url: str) -> None:
     try:
         psycopg.connect(plain_url(url), connect_timeout=CONNECT_TIMEOUT_S).close()
     except psycopg.Error as err:
-        first = mask((str(err).strip().splitlines() or [type(err).__name__])[0][:300])
-        raise InfrastructureError(f"registry {redacted(url)} is unreachable: {first}") from None
+        raise InfrastructureError(
+            f"registry {redacted(url)} is unreachable: {first_line(err)}"
+        ) from None
 
 
 def lock_key(model: str) -> int:
@@ -67,9 +68,9 @@ class PostgresLedger(Ledger):
         self._held: Any = None  # the connection holding the advisory lock
 
     def _fail(self, what: str, err: BaseException) -> InfrastructureError:
-        first = mask((str(err).strip().splitlines() or [type(err).__name__])[0][:300])
         return InfrastructureError(
-            f"promotion log database {redacted(self.url)} is unreachable ({what}): {first}"
+            f"promotion log database {redacted(self.url)} is unreachable ({what}): "
+            f"{first_line(err)}"
         )
 
     def _connect(self) -> Any:

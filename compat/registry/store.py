@@ -33,7 +33,7 @@ from compat.errors import (
     NotFoundError,
 )
 from compat.names import name_problem
-from compat.registry.uris import mask
+from compat.registry.uris import first_line, mask
 
 TAG_PREFIX = "compat."
 VERSION_TAG = "compat.version"
@@ -42,8 +42,8 @@ DEFAULT_MODEL = "compat"
 EXPERIMENT = "compat"
 # The PostgreSQL database of a shared mlflow server's backend store (its --backend-store-uri).
 DATABASE_ENV = "COMPAT_REGISTRY_DATABASE"
-SQLITE_HEADER = b"SQLite format 3\x00"
-SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a read waits for another process's write transaction  # the first 16 bytes of every SQLite database file
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a read waits for another process's write transaction
 LOCAL_LOCK_ENV = "COMPAT_LOCAL_LOCK"  # 1: a remote server locked per machine (one writer place)
 REMOTE_SCHEMES = ("http://", "https://", "databricks")
 # Write conflicts from a shared server (concurrent tag upserts hit a unique violation) are
@@ -606,5 +606,4 @@ def tag_key(*parts: str) -> str:
 
 def _short(err: BaseException) -> str:
     """The first line of an error (MLflow's may repeat the URI: credentials hidden)."""
-    text = str(err).strip().splitlines()
-    return mask((text[0] if text else type(err).__name__)[:300])
+    return first_line(err)

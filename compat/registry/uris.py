@@ -43,4 +43,11 @@ def mask(text: str) -> str:
     return _SECRET_PARAM.sub(rf"\g<head>{HIDDEN}", text)
 
 
-__all__ = ["HIDDEN", "mask"]
+def first_line(err: BaseException, limit: int = 300) -> str:
+    """An error's first line (at most ``limit`` characters; its type's name when it has no
+    text) with every credential hidden: what compat quotes of a library's exception."""
+    lines = str(err).strip().splitlines()
+    return mask((lines[0] if lines else type(err).__name__)[:limit])
+
+
+__all__ = ["HIDDEN", "first_line", "mask"]
