@@ -17,6 +17,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from compat.errors import BadInputError, NotFoundError
+from compat.io import read_regular_bytes
 
 
 def _field_path(loc: tuple, raw: Any) -> list[str]:
@@ -127,16 +128,16 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
     if not path.exists():
         raise NotFoundError(f"{path}: file not found")
     try:
-        return load_yaml_text(path.read_text(encoding="utf-8"))
+        raw = read_regular_bytes(path, "a YAML file")
+    except PermissionError:
+        raise BadInputError(f"{path}: permission denied") from None
+    try:
+        return load_yaml_text(raw.decode("utf-8"))
     except DuplicateKeyError as err:
         raise BadInputError(f"{path}: {err.key}: {err}") from None
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        line = raw[: err.start].count(b"\n") + 1
         raise BadInputError(f"{path}: not valid UTF-8 at line {line}") from None
-    except IsADirectoryError:
-        raise BadInputError(f"{path}: is a folder, not a YAML file") from None
-    except PermissionError:
-        raise BadInputError(f"{path}: permission denied") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

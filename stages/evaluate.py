@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from compat.errors import CompatError
+from compat.errors import BadInputError, CompatError
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.report import write_report
 from compat.evaluate.runner import run_evaluation
@@ -53,6 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args([] if argv is None else argv)
     try:
         config = load_config(args.params, args.section)
+        if config.device is not None:  # a CUDA device this machine lacks: exit 4 before any work
+            from compat.embeddings.search import resolve_device
+
+            try:
+                resolve_device(config.device)
+            except CompatError as err:
+                raise BadInputError(
+                    f"{args.params}: {args.section}.device: {err.message}"
+                ) from None
         manifest = load_eval_manifest(args.manifest)
         source = open_source("data/source.json")
 

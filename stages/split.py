@@ -14,7 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from compat.errors import CompatError
+from compat.errors import BadInputError, CompatError
+from compat.names import inside
 from compat.params import PARAMS_FILE, PARAMS_SECTIONS, read_section
 
 
@@ -38,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         validate_split(source, config, manifests, eval_manifest)
         validation = build_validation(source, config)
         out = Path("splits")
+        names = [*manifests, "eval", *(["validation"] if validation is not None else [])]
+        for name in names:  # a symlinked splits/ or splits/<name>.json must not lead outside
+            try:
+                inside(out / f"{name}.json", ".")
+            except ValueError as err:
+                raise BadInputError(f"split: output {err}") from None
         shutil.rmtree(out, ignore_errors=True)  # a renamed training set must not leave a stale file
         try:
             write_split(out, manifests, eval_manifest, validation)

@@ -49,9 +49,10 @@ def main(argv: list[str] | None = None) -> int:
 
         from compat.data.sources import open_source
         from compat.data.split import load_train_manifest
-        from compat.train.run import plan_run, train_version
+        from compat.train.run import checkpoint_folder, plan_run, train_version
 
         plan_run(args.version, cfg, Path(args.models))  # every check before any data loads
+        checkpoint_folder(args.version, Path(args.checkpoints) / args.version)
         split = cfg.split or args.version
         source = open_source(args.source)
         manifest = load_train_manifest(Path(args.splits) / f"{split}.json")

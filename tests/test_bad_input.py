@@ -243,6 +243,47 @@ def _backfill_out_not_a_gallery(tmp: Path) -> list[str]:
     return _backfill(tmp, "up")
 
 
+# -- setups of round 3's last cases: files that are not regular files, outputs led outside ------
+
+
+def _fifo(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)  # opening it for reading blocks until a writer comes: forever
+    return path
+
+
+def _outside(tmp: Path) -> Path:
+    """A folder next to the project (``tmp``), outside it."""
+    out = tmp.parent / f"{tmp.name}-outside"
+    out.mkdir(exist_ok=True)
+    return out
+
+
+def _link_out(tmp: Path, rel: str) -> None:
+    """``rel`` inside the project made a symlink to a folder outside it."""
+    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp / rel).symlink_to(_outside(tmp), target_is_directory=True)
+
+
+def _split_out_escapes(tmp: Path) -> list[str]:
+    from compat.data.config import EmbeddedData
+    from compat.data.sources import build_source
+
+    build_source(EmbeddedData(classes=30, images_per_class=4, size=16, workers=1,
+                              cache=str(tmp / "c")), tmp / "data")  # fmt: skip
+    _link_out(tmp, "splits")
+    split = (
+        "split: {eval: {classes: 10, pairs: 40}, scenarios: [{kind: chain, fractions: {v1: 1.0}}]}"
+    )
+    return ["--params", _params(tmp, split + "\n")]
+
+
+def _no_cuda() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 # -- setups of cases that already worked --------------------------------------------------------
 
 
@@ -311,7 +352,7 @@ FIXED = [
     Case("empty-params-train", "train", lambda t: ["v1", "--params", _params(t, "# nothing\n")],
          4, ("params.yaml: (root): the file is empty",)),
     Case("params-is-a-folder", "data", _params_folder, 4,
-         ("params.yaml: is a folder, not a YAML file",)),
+         ("params.yaml: a folder, not a regular file; expected a YAML file",)),
     Case("data-output-is-a-file", "data", _data_is_a_file, 4,
          ("data: cannot create the output folder (File exists)",)),
     Case("params-not-utf8", "data", lambda t: ["--params", _params(t, b"data:\n  size: \xff\n")],
@@ -469,6 +510,44 @@ ROUND3 = [
     Case("evaluate-device-bogus", "evaluate",
          lambda t: ["--params", _params(t, "evaluate: {chain: [v1], device: bogus}\n")], 4,
          ("params.yaml: evaluate.device", "pattern")),
+    # files that are not regular files: a FIFO blocks a plain open forever
+    Case("params-is-a-fifo", "data", lambda t: ["--params", str(_fifo(t / "params.yaml"))], 4,
+         ("params.yaml: a FIFO (named pipe), not a regular file",)),
+    Case("source-json-is-a-fifo", "split",
+         lambda t: [_fifo(t / "data" / "source.json"), "--params", _params(t, "{}\n")][1:], 4,
+         ("data/source.json: a FIFO (named pipe), not a regular file",)),
+    Case("eval-manifest-is-a-fifo", "evaluate",
+         lambda t: [_fifo(t / "splits" / "eval.json"),
+                    "--params", _params(t, "evaluate: {chain: [v1], device: cpu}\n")][1:], 4,
+         ("splits/eval.json: a FIFO (named pipe), not a regular file",)),
+    # outputs computed from names, led outside the project by a symlink
+    Case("split-output-symlinked-out", "split", _split_out_escapes, 4,
+         ("split: output splits/v1.json", "outside")),
+    Case("upgrade-output-symlinked-out", "upgrade",
+         lambda t: [_link_out(t, "models/v2/upgrade"), "v2",
+                    "--params", _params(t, "upgrade:\n  v2: {from: v1}\n")][1:], 4,
+         ("upgrade.v2: output folder models/v2/upgrade", "outside")),
+    Case("train-checkpoints-symlinked-out", "train",
+         lambda t: [_link_out(t, "cache/checkpoints/v1"), *_train_params(t, "{}")][1:], 4,
+         ("train.v1: checkpoint folder cache/checkpoints/v1", "outside")),
+]  # fmt: skip
+
+# Devices this machine lacks (case 15): exit 4 naming the field in params, exit 2 on the
+# command line (a usage error). Only where there is no CUDA device.
+NO_CUDA = [
+    Case("evaluate-device-cuda-absent", "evaluate",
+         lambda t: ["--params", _params(t, "evaluate: {chain: [v1], device: cuda}\n")], 4,
+         ("params.yaml: evaluate.device", "CUDA is not available")),
+    Case("train-device-cuda-absent", "train", lambda t: _train_params(t, "{device: cuda}"), 4,
+         ("train.v1.device: cuda requested but no CUDA device is available",)),
+    Case("upgrade-device-cuda-absent", "upgrade",
+         lambda t: ["v2", "--params", _params(t, "upgrade:\n  v2: {from: v1, device: cuda}\n")],
+         4, ("upgrade.v2.device: cuda requested but no CUDA device is available",)),
+    Case("score-device-cuda-absent", "cli", lambda t: [*_score(t), "--device", "cuda"], 2,
+         ("device 'cuda': CUDA is not available on this machine",)),
+    Case("backfill-device-cuda-absent", "cli",
+         lambda t: [*_backfill(t, "up.npz"), "--device", "cuda:1"], 2,
+         ("device 'cuda:1': CUDA is not available on this machine",)),
 ]  # fmt: skip
 
 
@@ -488,7 +567,17 @@ def _run(case: Case, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int
 
 
 @pytest.mark.timeout(120)  # a case that hangs (a FIFO read) fails instead of blocking the run
-@pytest.mark.parametrize("case", FIXED + WORKING + ROUND3, ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    FIXED
+    + WORKING
+    + ROUND3
+    + [
+        pytest.param(c, marks=pytest.mark.skipif(not _no_cuda(), reason="a CUDA device is here"))
+        for c in NO_CUDA
+    ],
+    ids=lambda c: c.id,
+)
 def test_bad_input(case: Case, in_tmp: Path, capsys: pytest.CaptureFixture[str]):
     code, output = _run(case, in_tmp, capsys)
     lines = output.strip().splitlines()
@@ -510,7 +599,7 @@ def test_bad_input(case: Case, in_tmp: Path, capsys: pytest.CaptureFixture[str])
 
 def test_the_table_is_as_large_as_promised():
     assert len(WORKING) >= 20
-    cases = FIXED + WORKING + ROUND3
+    cases = FIXED + WORKING + ROUND3 + NO_CUDA
     assert len({c.id for c in cases}) == len(cases)
 
 

@@ -59,6 +59,7 @@ from compat.config import DuplicateKeyError, load_yaml_text, validation_problems
 from compat.errors import BadInputError, NotFoundError
 from compat.evaluate.metrics import canonical_metric
 from compat.evaluate.protocols import PROTOCOLS, options_for
+from compat.io import read_regular_bytes
 from compat.names import Name
 
 TERMS: tuple[str, ...] = ("cross", "self_parent", "self", "forward")
@@ -254,12 +255,13 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
     path = Path(path)
     if not path.is_file():
         raise NotFoundError(f"{path}: contract not found")
+    data = read_regular_bytes(path, "a YAML contract")
     try:
-        raw = load_yaml_text(path.read_text(encoding="utf-8"))
+        raw = load_yaml_text(data.decode("utf-8"))
     except DuplicateKeyError as err:
         return None, [f"{path}: {err.key}: {err}"]
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        line = data[: err.start].count(b"\n") + 1
         return None, [f"{path}: line {line}: not valid UTF-8"]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)

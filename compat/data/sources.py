@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import os
-import stat
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,14 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from compat.data.config import DataParams, EmbeddedData, FolderData, ManifestData
 from compat.errors import BadInputError, NotFoundError
-from compat.io import atomic_path, fingerprint, storage_error, write_json
+from compat.io import (
+    atomic_path,
+    fingerprint,
+    open_regular,
+    read_regular_bytes,
+    storage_error,
+    write_json,
+)
 
 SOURCE_FILE = "source.json"
 # Largest image (width x height) a folder or manifest source decodes: 8192 x 8192. Every image is
@@ -116,7 +122,7 @@ def read_image(path: Path, size: int, channels: int) -> np.ndarray:
     read (:func:`open_regular`): a FIFO or a device named as an image would block or never end.
     """
     try:
-        f = open_regular(path)
+        f = open_regular(path, "an image")
         with warnings.catch_warnings():
             # Pillow warns from 89 Mpx on; the cap below is the decision, not Pillow's warning.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -146,31 +152,6 @@ def read_image(path: Path, size: int, channels: int) -> np.ndarray:
     except (UnidentifiedImageError, OSError, ValueError) as err:
         raise BadInputError(f"{path}: unreadable or corrupt image ({err})") from None
     return arr[:, :, None] if channels == 1 else arr
-
-
-def open_regular(path: Path) -> io.BufferedReader:
-    """``path`` opened for reading if it is a regular file (after symlinks); a FIFO, socket or
-    device is a :class:`BadInputError`. Opened without blocking and checked on the open file,
-    so nothing swapped in after a check can make the read hang."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = (
-                "a directory"
-                if stat.S_ISDIR(mode)
-                else "a FIFO (named pipe)"
-                if stat.S_ISFIFO(mode)
-                else "a socket"
-                if stat.S_ISSOCK(mode)
-                else "a device"
-            )
-            raise BadInputError(f"{path}: {kind}, not a regular file; images are read from files")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 # How a file becomes pixels, before resizing: part of a folder or manifest source's fingerprint,
@@ -209,7 +190,7 @@ def _check_images(root: Path, items: list[Item], size: int, channels: int) -> st
         path = root / item.id
         try:
             read_image(path, size, channels)  # names the file and what is wrong with it
-            with open_regular(path) as f:
+            with open_regular(path, "an image") as f:
                 data = f.read()
         except (BadInputError, NotFoundError) as err:
             bad.append(str(err))
@@ -396,7 +377,7 @@ def open_source(path: str | os.PathLike[str] = f"data/{SOURCE_FILE}") -> Source:
     if not path.exists():
         raise NotFoundError(f"{path}: no data source; run the data stage first (dvc repro data)")
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(read_regular_bytes(path, "the data stage's JSON").decode("utf-8"))
         items = [Item(i, lab, grp) for i, lab, grp in meta["items"]]
         root = (path.parent / meta["root"]).resolve()
         images = path.parent / meta["images"] if meta.get("images") else None

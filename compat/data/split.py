@@ -30,7 +30,7 @@ from compat.config import validation_problems
 from compat.data.scenarios import Chain, Scenario
 from compat.data.sources import Source
 from compat.errors import BadInputError, NotFoundError
-from compat.io import fingerprint, write_json
+from compat.io import fingerprint, read_regular_bytes, write_json
 
 VALIDATION = "validation"  # splits/validation.json
 MAX_PAIRS = 10_000_000
@@ -346,7 +346,7 @@ def _load(cls: type[BaseModel], path: str | os.PathLike[str]) -> BaseModel:
             f"{path}: manifest not found; run the split stage first (dvc repro split)"
         )
     try:
-        return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return cls.model_validate(json.loads(read_regular_bytes(path, "a JSON manifest")))
     except json.JSONDecodeError as err:
         raise BadInputError(f"{path}: not JSON ({err})") from None
     except ValidationError as err:

@@ -49,20 +49,26 @@ class EvaluateConfig(BaseModel):
         description="version -> its paragon (new* trained without compatibility, self-tested)",
     )
     protocols: list[str] = Field(default_factory=_protocol_names)
-    bootstrap: int = Field(1000, ge=0, description="bootstrap resamples over queries; 0: none")
+    bootstrap: int = Field(
+        1000, ge=0, le=100_000, description="bootstrap resamples over queries; 0: none"
+    )
     confidence: float = Field(0.95, gt=0.0, lt=1.0, description="level of reported intervals")
     seed: int = 0
     full_square: bool = Field(False, description="also evaluate old queries on newer galleries")
     strict_ac: bool = Field(True, description="AC counts M[i][j] > M[j][j] (False: >=)")
-    batch_size: int = Field(512, ge=1, description="images per forward pass when embedding")
-    chunk_size: int | None = Field(None, ge=1, description="queries per score chunk (auto)")
+    batch_size: int = Field(
+        512, ge=1, le=1_000_000, description="images per forward pass when embedding"
+    )
+    chunk_size: int | None = Field(
+        None, ge=1, le=10_000_000, description="queries per score chunk (auto)"
+    )
     device: str | None = Field(
         None,
         pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
         description="cpu, cuda, cuda:N or auto; default: CUDA if present",
     )
     top_k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1)
-    map_k: int = Field(100, ge=1)
+    map_k: int = Field(100, ge=1, le=1_000_000)
     gallery: Literal["instance", "template"] = Field(
         "instance",
         description="identification searches every gallery item (instance) or one template per "
@@ -70,7 +76,7 @@ class EvaluateConfig(BaseModel):
     )
     far: list[float] = Field(default_factory=lambda: [0.1, 0.01, 0.001], min_length=1)
     fpir: list[float] = Field(default_factory=lambda: [0.1, 0.01], min_length=1)
-    cmc_ranks: int = Field(20, ge=1, description="ranks in the CMC plot data")
+    cmc_ranks: int = Field(20, ge=1, le=100_000, description="ranks in the CMC plot data")
     forward: dict[Name, str] = Field(
         default_factory=dict,
         description="version -> folder of its upgrade module psi (e.g. models/v2/upgrade): "

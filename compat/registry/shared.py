@@ -24,6 +24,9 @@ from compat.registry.uris import first_line, mask
 
 TABLE = "compat_promotions"
 CONNECT_TIMEOUT_S = 10
+# Every statement but the lock wait ends within this (a database that accepts the connection and
+# then stalls, e.g. a table locked by a stuck session, is an exit-5 error, not a hang).
+STATEMENT_TIMEOUT_S = 30
 
 
 def plain_url(url: str) -> str:
@@ -77,7 +80,12 @@ class PostgresLedger(Ledger):
         import psycopg
 
         try:
-            return psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
+            return psycopg.connect(
+                self.url,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                autocommit=True,
+                options=f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}",
+            )
         except psycopg.Error as err:
             raise self._fail("connect", err) from None
 
@@ -101,7 +109,7 @@ class PostgresLedger(Ledger):
             try:
                 conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
                 conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(self.model),))
-                conn.execute("SET statement_timeout = 0")
+                conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_S * 1000}")
             except psycopg.errors.QueryCanceled:
                 raise InfrastructureError(
                     f"{self.where}: promotion lock not acquired within {timeout:g} s"

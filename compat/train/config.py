@@ -27,7 +27,9 @@ class AugmentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    shift: int = Field(2, ge=0, description="random translation of up to +-shift px per axis")
+    shift: int = Field(
+        2, ge=0, le=1024, description="random translation of up to +-shift px per axis"
+    )
     pad_mode: Literal["edge", "zero"] = Field(
         "edge", description="what fills the border a shift uncovers (edge: repeat the border)"
     )
@@ -96,7 +98,7 @@ class TrainConfig(BaseModel):
     epochs: int = Field(6, ge=1, le=100_000)
     batch_size: int = Field(128, ge=2, le=1_000_000)
     optimizer: Literal["adamw", "sgd"] = "adamw"
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(3e-3, gt=0, le=1000, description="peak learning rate (over 1000: a typo)")
     weight_decay: float = Field(0.05, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1, description="sgd only")
     schedule: Literal["cosine", "step"] = "cosine"

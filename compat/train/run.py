@@ -125,6 +125,9 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
         inside(models_dir / version, models_dir)
     except ValueError as err:  # models/<version> a symlink out of the project
         raise BadInputError(f"train.{version}: output folder {err}") from None
+    from compat.train.device import resolve_device
+
+    resolve_device(cfg.device, f"train.{version}.device")  # cuda on a machine without it
     _check_names(cfg)
     loss = create_loss(cfg.method, cfg.method_params)
     parent_card, parent_dir = None, None
@@ -152,6 +155,19 @@ def plan_run(version: str, cfg: TrainConfig, models_dir: Path) -> Plan:
             "use bn_stats: update"
         )
     return Plan(cfg, version, loss, parent_card, parent_dir, init, init_reason)
+
+
+def checkpoint_folder(version: str, checkpoint_dir: str | Path | None = None) -> Path:
+    """Where ``version``'s epoch checkpoints go (default ``cache/checkpoints/<version>``); a
+    folder that is a symlink out of its parent is a BadInputError: a name must not lead out."""
+    ckpt = (
+        Path(checkpoint_dir) if checkpoint_dir is not None else Path("cache/checkpoints") / version
+    )
+    try:
+        inside(ckpt, ckpt.parent)
+    except ValueError as err:
+        raise BadInputError(f"train.{version}: checkpoint folder {err}") from None
+    return ckpt
 
 
 def train_arrays(
@@ -254,9 +270,7 @@ def train_arrays(
             "world": int(os.environ.get("WORLD_SIZE", "1")),
         }
     )
-    ckpt = (
-        Path(checkpoint_dir) if checkpoint_dir is not None else Path("cache/checkpoints") / version
-    )
+    ckpt = checkpoint_folder(version, checkpoint_dir)
     started = time.perf_counter()
     result = fit(
         model,
@@ -362,6 +376,7 @@ def train_version(
 ) -> ModelCard | None:
     """Train ``version`` on the manifest's items, loaded from ``source``; see :func:`train_arrays`."""
     plan = plan_run(version, cfg, Path(models_dir))
+    checkpoint_folder(version, checkpoint_dir)  # before any image loads
     if manifest.source_fingerprint != source.fingerprint:
         raise BadInputError(
             f"splits/{manifest.name}.json: made from source {manifest.source_fingerprint}, but the "

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from compat.errors import BadInputError, NotFoundError
 from compat.models.card import ModelCard, UpgradeCard, UpgradeRefusal, read_model_card
 from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_folder
+from compat.names import inside
 from compat.train.device import determinism, resolve_device
 from compat.train.upgrade_config import UpgradeConfig
 
@@ -82,6 +83,11 @@ def plan_upgrade(version: str, cfg: UpgradeConfig, models_dir: str | Path) -> Up
     """Find both versions' cards and check they can be paired; raise before loading anything."""
     models = Path(models_dir)
     new_dir = models / version
+    try:  # models/<version>/upgrade a symlink out of the project
+        inside(upgrade_folder(models, version), models)
+    except ValueError as err:
+        raise BadInputError(f"upgrade.{version}: output folder {err}") from None
+    resolve_device(cfg.device, f"upgrade.{version}.device")  # cuda on a machine without it
     new_card = read_model_card(new_dir)
     source = cfg.from_ or new_card.parent
     if not source:

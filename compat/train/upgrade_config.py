@@ -35,26 +35,30 @@ class UpgradeConfig(BaseModel):
     hidden: int | None = Field(
         None,
         ge=1,
+        le=65536,
         description="hidden width d_h; default BiCT's ratio, 8x the old embedding's width "
         "(4096 for 512-d)",
     )
-    blocks: int = Field(3, ge=1, description="[Linear-BatchNorm1d-ReLU] blocks before the output")
+    blocks: int = Field(
+        3, ge=1, le=64, description="[Linear-BatchNorm1d-ReLU] blocks before the output"
+    )
     loss: Literal["mse", "cosine"] = Field(
         "mse", description="mse: ||psi(old) - new||^2; cosine: 1 - cos(psi(old), new)"
     )
     epochs: int = Field(
         50,
         ge=1,
+        le=100_000,
         description="passes over the pairs (3,200 pairs: 20 -> held-out cos 0.80, 100 -> 0.86)",
     )
-    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    lr: float = Field(1e-3, gt=0, le=1000, description="AdamW learning rate (over 1000: a typo)")
     weight_decay: float = Field(
         0.1,
         ge=0,
         description="AdamW (decoupled) weight decay: with residual, shrinkage toward the identity "
         "(docs/findings.md, 'Backfill and psi')",
     )
-    batch_size: int = Field(256, ge=2)
+    batch_size: int = Field(256, ge=2, le=1_000_000)
     seed: int = 0
     residual: bool = Field(
         True,
@@ -74,7 +78,10 @@ class UpgradeConfig(BaseModel):
         "by loss) or the loss (ties by top-1)",
     )
     patience: int | None = Field(
-        10, ge=1, description="stop after this many epochs without a better held-out epoch"
+        10,
+        ge=1,
+        le=100_000,
+        description="stop after this many epochs without a better held-out epoch",
     )
     refuse: bool = Field(
         True,
@@ -102,8 +109,12 @@ class UpgradeConfig(BaseModel):
             )
         return self
 
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
-    embed_batch_size: int = Field(512, ge=1, description="images per forward when embedding")
+    threads: int | None = Field(
+        None, ge=1, le=4096, description="torch CPU threads (default: torch's)"
+    )
+    embed_batch_size: int = Field(
+        512, ge=1, le=1_000_000, description="images per forward when embedding"
+    )
 
     def dump(self) -> dict[str, object]:
         """The config as params.yaml spells it (``from``, not ``from_``)."""

@@ -277,3 +277,25 @@ def test_a_remote_server_without_a_shared_lock_refuses_to_move_anything(
     assert Registry().production() is None
     monkeypatch.setenv("COMPAT_LOCAL_LOCK", "1")
     assert cli("promote", "v1").exit_code == 0
+
+
+def test_a_stalled_log_table_is_an_error_within_the_statement_timeout(shared, monkeypatch):
+    """Issue 30 case 10: a database that accepts the connection and then stalls (the log table
+    locked by a stuck session) ends a read of the log within the statement timeout, exit 5."""
+    import time
+
+    import psycopg
+
+    from compat.errors import InfrastructureError
+    from compat.registry import shared as ledger_module
+
+    monkeypatch.setattr(ledger_module, "STATEMENT_TIMEOUT_S", 1)
+    ledger = ledger_module.PostgresLedger(shared.pg.url, "compat")
+    with ledger.lock():  # the first lock creates the table
+        pass
+    with psycopg.connect(shared.pg.url) as stuck:  # a transaction left open, holding the table
+        stuck.execute(f"LOCK TABLE {ledger_module.TABLE} IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(InfrastructureError, match=r"unreachable \(read\): .*statement timeout"):
+            ledger.lines()
+        assert time.monotonic() - started < 10

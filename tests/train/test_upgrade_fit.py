@@ -85,3 +85,21 @@ def test_config_section():
 
 def test_config_module_is_import_light(heavy_imports):
     assert heavy_imports("compat.train.upgrade_config") == []
+
+
+def test_a_loss_that_turns_non_finite_stops_the_fit_naming_the_epoch(monkeypatch):
+    """Issue 30 case 4 for psi: a loss that turns NaN (a diverging fit) stops the fit at the end
+    of that epoch with the epoch and the loss named; no psi is returned, so none is saved."""
+    import compat.train.upgrade as upgrade
+
+    real = upgrade.upgrade_loss
+    monkeypatch.setattr(upgrade, "upgrade_loss", lambda *a: real(*a) * float("nan"))
+    old, new = _pairs(n=200)
+    with pytest.raises(BadInputError, match=r"^upgrade: epoch 1: loss 'mse' is not finite"):
+        fit_upgrade(old, new, UpgradeConfig(**{**CFG, "epochs": 3}), progress=False, quiet=True)
+
+
+def test_an_absurd_learning_rate_is_refused_at_validation():
+    """An lr of 1e38 is finite but overflowed AdamW's step (a torch RuntimeError traceback)."""
+    with pytest.raises(ValidationError, match="less than or equal to 1000"):
+        UpgradeConfig(lr=1e38)
