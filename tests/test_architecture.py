@@ -21,6 +21,9 @@ FLOORS: list[set[str]] = [
     {"registry"},
     {"contracts"},
     {"backfill"},
+    {
+        "maps"
+    },  # fitted maps between spaces: above evaluate/compare (their check), train (psi's loop)
     {"evaluate"},
     {"compare"},
     {"train"},

@@ -165,8 +165,42 @@ def _check_psi(card: UpgradeCard, source: str, target: str, dim: int | None, whe
     )
 
 
+def _read_map_card(psi_path: Path) -> Any:
+    """psi's upgrade card, or the card of a :mod:`compat.maps` gallery map fitted between any
+    two versions or embedding files (``compat adapt --role gallery-map``): both have what a
+    backfill reads (``to``, ``out_dim``, ``weights_sha256``, ``is_refused``/``refused``)."""
+    from compat.maps.card import MAP_KINDS, read_map_card
+
+    try:
+        kind = json.loads((psi_path / "card.json").read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None  # read_upgrade_card names what is wrong
+    return read_map_card(psi_path) if kind in MAP_KINDS else read_upgrade_card(psi_path)
+
+
+def _check_map(card: Any, source: str, target: str, dim: int | None, where: str) -> None:
+    """A fitted map must be a gallery map from ``--from`` into ``--to`` taking the rows' width."""
+    if card.role != "gallery-map":
+        raise BadInputError(
+            f"{where}: role: a {card.role} maps queries, not stored rows; fit a gallery map "
+            "(compat adapt --role gallery-map)"
+        )
+    if (card.from_, card.to) != (source, target):
+        raise BadInputError(
+            f"{where}: from/to: the map reads {card.from_} and writes {card.to}, not --from "
+            f"{source} -> --to {target}"
+        )
+    if dim is not None and card.in_dim != dim:
+        raise BadInputError(
+            f"{where}: in_dim: the map reads {card.in_dim}-dim rows, the gallery's rows are "
+            f"{dim}-dim"
+        )
+
+
 def _check_cache_key(meta: dict[str, Any], card: UpgradeCard, where: str, psi_where: str) -> None:
     """A gallery that came out of the embedding cache names the weights that made it."""
+    if not isinstance(card, UpgradeCard):  # a fitted map records the files it was fitted on
+        return
     key = meta.get("cache_key")
     made_by = key.get("weights_sha256") if isinstance(key, dict) else None
     check_upgrade(
@@ -271,7 +305,7 @@ def backfill(
     out_format = format_of(out_path)
     _check_out(out_path, out_format)
     psi_path = Path(psi_dir)
-    card = read_upgrade_card(psi_path)
+    card = _read_map_card(psi_path)
     psi_where = str(psi_path / "card.json")
 
     reader = GalleryReader(gallery_path)
@@ -286,7 +320,8 @@ def backfill(
     )
     check_rows(versions, source, target, where)
     n_source = int((versions == source).sum())
-    _check_psi(card, source, target, reader.dim if n_source else None, psi_where)
+    check = _check_psi if isinstance(card, UpgradeCard) else _check_map
+    check(card, source, target, reader.dim if n_source else None, psi_where)
     # What every result of this run shares; the elapsed time is read when it is built.
     result = functools.partial(
         BackfillResult,
@@ -417,8 +452,8 @@ def _run(
             "from": source,
             "to": target,
             "psi_weights_sha256": card.weights_sha256,
-            "from_weights_sha256": card.from_weights_sha256,
-            "to_weights_sha256": card.to_weights_sha256,
+            "from_weights_sha256": getattr(card, "from_weights_sha256", None),
+            "to_weights_sha256": getattr(card, "to_weights_sha256", None),
             "input_sha256": input_sha,
             "fraction": fraction,
             "order": order,

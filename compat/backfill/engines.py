@@ -33,10 +33,27 @@ _PSI: dict[tuple[str, str, str], Any] = {}
 
 
 def _folded(psi_path: str, sha256: str, device: str) -> Any:
+    from compat.maps.card import MAP_KINDS
     from compat.models.upgrade import FoldedUpgrade, load_upgrade
 
     key = (psi_path, sha256, device)
     if key not in _PSI:
+        import json
+
+        card_json = json.loads((Path(psi_path) / "card.json").read_text(encoding="utf-8"))
+        if isinstance(card_json, dict) and card_json.get("kind") in MAP_KINDS:
+            from compat.maps import load_map  # a gallery map (its weights' sha256 checked)
+
+            fitted = load_map(psi_path, device)
+            if fitted.card.weights_sha256 != sha256:
+                from compat.errors import BadInputError
+
+                raise BadInputError(
+                    f"{Path(psi_path) / 'card.json'}: weights_sha256: the map changed during "
+                    "the backfill"
+                )
+            _PSI[key] = fitted
+            return fitted
         psi, card = load_upgrade(Path(psi_path))
         if card.weights_sha256 != sha256:  # the folder changed under a running backfill
             from compat.errors import BadInputError

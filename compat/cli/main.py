@@ -50,7 +50,7 @@ def main(
     error; 3 something named not found; 4 bad input (contract, card, params, embeddings,
     images); 5 the registry unreachable, or a full disk; 6 a conflict (production moved
     meanwhile, drift, another backfill writing --out); 7 nothing done (backfill with a refused
-    psi). Each command's --help lists those it returns."""
+    psi, a refused query adapter). Each command's --help lists those it returns."""
     from compat.cli.common import quiet_mlflow_logs
 
     quiet_mlflow_logs()
@@ -60,6 +60,7 @@ def _register_commands() -> None:
     from compat.cli import backfill as backfill_cli
     from compat.cli import contract as contract_cli
     from compat.cli import data as data_cli
+    from compat.cli import maps as maps_cli
     from compat.cli import registry as registry_cli
     from compat.cli import score as score_cli
 
@@ -68,6 +69,7 @@ def _register_commands() -> None:
     registry_cli.register(app)
     score_cli.register(app)
     backfill_cli.register(app)
+    maps_cli.register(app)
 
 
 _register_commands()

@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from compat.cli.common import exit_on_error
+from compat.errors import NOTHING_DONE
 
 
 class DimMismatchChoice(enum.StrEnum):
@@ -49,11 +50,16 @@ HELP = (
     "approximate index and reports its recall@k against exact search (the share of each "
     "query's exact top-k it returns), its build time and queries/s; the metrics above stay "
     "exact. The promotion gate always searches exactly.\n\n"
+    "--query-adapter DIR applies a query adapter (written by compat adapt) to the query rows "
+    "before scoring: a new model's queries mapped into the old gallery's space. Its weights' "
+    "sha256 is checked against its card and its input width against the query rows. An "
+    "adapter its held-out check refused is not applied (exit 7) unless --allow-refused.\n\n"
     "Exit codes: 0 success; 2 usage (unknown protocol, index or index parameter; a file that is "
-    "not .npz, .npy or a Parquet folder); 3 a file is missing; 4 bad input "
+    "not .npz, .npy or a Parquet folder); 3 a file or the adapter is missing; 4 bad input "
     "(unreadable archive, missing key, empty array, NaN or inf, non-integer labels, rows and "
     "labels of different lengths, query and gallery of different dimensions without "
-    "--dim-mismatch).\n\n"
+    "--dim-mismatch, an adapter whose weights fail their sha256 or whose width is not the "
+    "query rows'); 7 the adapter was refused when it was fitted (nothing scored).\n\n"
     "Different dimensions: --dim-mismatch truncate scores the first d coordinates of the wider "
     "rows (BCT's convention for a new model wider than the old one), truncating before "
     "L2-normalising; --dim-mismatch pad zero-pads the narrower rows."
@@ -98,8 +104,28 @@ def score(
         None, "--index-param", help="Index parameter key=value (repeatable)."
     ),
     recall_k: int = typer.Option(10, "--recall-k", min=1, help="k of the index's recall@k."),
+    query_adapter: Path | None = typer.Option(
+        None,
+        "--query-adapter",
+        help="Map the query rows with this adapter folder (compat adapt) before scoring.",
+    ),
+    allow_refused: bool = typer.Option(
+        False, "--allow-refused", help="Apply a query adapter even if its check refused it."
+    ),
 ) -> None:
     with exit_on_error():
+        adapter = None
+        if query_adapter is not None:
+            from compat.maps import load_map
+
+            adapter = load_map(query_adapter)  # missing: 3; changed weights: 4
+            if adapter.refused is not None and not allow_refused:
+                print(
+                    f"error: {query_adapter}: refused when it was fitted ({adapter.refused}); "
+                    "nothing scored (exit 7; --allow-refused applies it anyway)",
+                    file=sys.stderr,
+                )
+                raise typer.Exit(NOTHING_DONE)
         spec = None
         if index is not None:
             from compat.embeddings.ann import parse_index
@@ -107,12 +133,15 @@ def score(
             spec = parse_index(index, index_param)  # unknown name or key: exit 2
         flat, notes, counts, groups = _score(
             query, gallery, protocol or None, normalize, max_pairs, seed, device,
-            dim_mismatch.value if dim_mismatch is not None else None, spec, recall_k,
+            dim_mismatch.value if dim_mismatch is not None else None, spec, recall_k, adapter,
         )  # fmt: skip
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         if as_json:
-            sys.stdout.write(json.dumps(_grouped(flat, groups, notes, query, gallery)) + "\n")
+            out = _grouped(flat, groups, notes, query, gallery)
+            if adapter is not None:  # only then: the reference keys stay as they were
+                out["query_adapter"] = adapter.card.provenance(query_adapter)
+            sys.stdout.write(json.dumps(out) + "\n")
         else:
             _print_table(flat, counts, query, gallery)
             if spec is not None:
@@ -161,6 +190,7 @@ def _score(
     dim_mismatch: str | None = None,
     spec=None,
     recall_k: int = 10,
+    adapter=None,
 ) -> tuple[dict, list[str], dict[str, dict[str, int]], dict[str, dict]]:
     import numpy as np
 
@@ -173,10 +203,22 @@ def _score(
     q = load_gallery(query_path)
     g = load_gallery(gallery_path)
     q_raw, g_raw = q.embeddings, g.embeddings
-    if q.dim != g.dim:
+    notes: list[str] = []
+    if adapter is not None:
+        if q.dim != adapter.in_dim:
+            raise BadInputError(
+                f"{adapter.folder / 'card.json'}: in_dim: the adapter takes {adapter.in_dim}-dim "
+                f"rows, {query_path} has {q.dim}"
+            )
+        q_raw = adapter.apply(q_raw)  # unit rows in the adapter's output space
+        notes.append(
+            f"query rows mapped by the {adapter.card.kind} adapter {adapter.folder} "
+            f"({adapter.card.from_} -> {adapter.card.to}, {adapter.in_dim} -> {adapter.out_dim})"
+        )
+    if q.dim != g.dim and q_raw.shape[1] != g_raw.shape[1]:
         if dim_mismatch is None:
             raise BadInputError(
-                f"{query_path}: embeddings: dimension {q.dim} does not match {gallery_path} "
+                f"{query_path}: embeddings: dimension {q_raw.shape[1]} does not match {gallery_path} "
                 f"dimension {g.dim} (--dim-mismatch truncate|pad says how they meet)"
             )
         from compat.embeddings.dims import align_pair
@@ -208,7 +250,6 @@ def _score(
     flat: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
     groups: dict[str, dict] = {}
-    notes: list[str] = []
     for name, result in results.items():
         flat.update(result.metrics)
         counts[name] = result.counts

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from compat.compare.engine import DEFAULT_CONFIDENCE, Comparison, compare, num, num_pair
-from compat.contracts.schema import Contract, Criterion, protocol_options
+from compat.contracts.schema import Contract, Criterion, adapter_name, protocol_options
 from compat.errors import BadInputError
 
 ROLES = ("parent", "transitive", "rollback")
@@ -116,6 +116,9 @@ class Verdict:
     intervals: dict[str, Any] = field(default_factory=dict)
     gain: dict[str, Any] = field(default_factory=dict)
     rollback: list[str] = field(default_factory=list)  # the served versions a rollback checked
+    # how the version meets its parent's gallery: {"mode": native|query-adapter|backfill} and,
+    # for a map, what the caller records of it (path, kind, sha256, fit data fingerprint)
+    serve: dict[str, Any] = field(default_factory=lambda: {"mode": "native"})
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,7 +173,8 @@ def required_cells(
     cells: list[tuple[str, str]] = []
     served = [contract.parent, *contract.transitive] if contract.parent else []
     for g in [*served, *rollback]:
-        for c in [(new, g), (g, g)]:
+        mode = contract.serve.mode if g == contract.parent and g not in rollback else "native"
+        for c in [_term_cell("cross", new, g, mode), (g, g)]:
             if c not in cells:
                 cells.append(c)
     criteria = list(contract.criteria) + (contract.rollback_criteria() if rollback else [])
@@ -184,9 +188,15 @@ def required_cells(
     return cells
 
 
-def _term_cell(term: str, new: str, gallery: str) -> tuple[str, str]:
+def _term_cell(term: str, new: str, gallery: str, serve: str = "native") -> tuple[str, str]:
+    """The cell a criterion's term names; ``cross`` follows the served configuration."""
+    cross = {
+        "native": (new, gallery),
+        "query-adapter": (adapter_name(new), gallery),
+        "backfill": (new, psi_gallery(gallery)),
+    }[serve]
     return {
-        "cross": (new, gallery),
+        "cross": cross,
         "self_parent": (gallery, gallery),
         "self": (new, new),
         "forward": (new, psi_gallery(gallery)),
@@ -212,12 +222,16 @@ def judge(
     chunk_size: int | None = None,
     device: str | None = None,
     upgraded: dict[str, np.ndarray] | None = None,
+    adapted: np.ndarray | None = None,
     rollback: list[str] | tuple[str, ...] = (),
 ) -> Verdict:
     """Evaluate every criterion of ``contract`` against the parent and each transitive ancestor.
 
     ``upgraded[parent]``: the parent's embeddings upgraded by psi into the new version's space;
-    required when a criterion uses ``forward``. ``rollback``: the versions whose rows a
+    required when a criterion uses ``forward`` or the contract serves by ``backfill``.
+    ``adapted``: the version's evaluation-set embeddings mapped into the parent's space by its
+    query adapter, required when the contract serves by ``query-adapter`` (the ``cross`` cell
+    is then M(adapt(new), parent)). ``rollback``: the versions whose rows a
     rollback to this version must serve; each is checked on the contract's rollback criteria
     (:meth:`~compat.contracts.schema.Contract.rollback_criteria`) in the parent's place.
 
@@ -233,15 +247,31 @@ def judge(
             raise BadInputError(
                 f"{new}: embeddings: dimension {emb.shape[1]}, contract declares {contract.embedding_dim}"
             )
-    if any(c.uses_forward for c in contract.criteria):
+    mode = contract.serve.mode
+    if any(c.uses_forward for c in contract.criteria) or mode == "backfill":
         assert contract.parent is not None
         ups = upgraded or {}
         if contract.parent not in ups:
+            why = "the contract serves by backfill" if mode == "backfill" else "a criterion uses"
             raise BadInputError(
-                f"{new}: a criterion uses forward = M({new}, psi({contract.parent})), but no "
+                f"{new}: {why} forward = M({new}, psi({contract.parent})), but no "
                 f"upgrade module output for {contract.parent}'s gallery was given"
             )
         embeddings = {**embeddings, psi_gallery(contract.parent): ups[contract.parent]}
+    if mode == "query-adapter":
+        assert contract.parent is not None
+        parent_rows = embeddings[contract.parent]
+        if adapted is None:
+            raise BadInputError(
+                f"{new}: the contract serves by query-adapter = M({adapter_name(new)}, "
+                f"{contract.parent}), but no adapted query rows were given"
+            )
+        if adapted.shape != (len(embeddings[new]), parent_rows.shape[1]):
+            raise BadInputError(
+                f"{adapter_name(new)}: shape {adapted.shape}, but {new} has "
+                f"{len(embeddings[new])} rows and {contract.parent}'s are {parent_rows.shape[1]}-dim"
+            )
+        embeddings = {**embeddings, adapter_name(new): adapted}
     rollback = [g for g in dict.fromkeys(rollback) if g != new]
     back_criteria = contract.rollback_criteria() if rollback else []
     try:
@@ -275,7 +305,7 @@ def judge(
         for p in protocols
     }
     confidence = _interval_confidence(contract)
-    verdict = Verdict(version=new, parent=contract.parent, passed=True)
+    verdict = Verdict(version=new, parent=contract.parent, passed=True, serve={"mode": mode})
     for (q, g), per_protocol in results.items():
         for pname, res in per_protocol.items():
             for metric, value in res.metrics.items():
@@ -293,7 +323,10 @@ def judge(
     for criterion in contract.criteria:
         for gallery in galleries_of(contract, criterion):
             role = "parent" if gallery == contract.parent else "transitive"
-            verdict.results.append(_check(criterion, new, gallery, comparisons, resamples, role))
+            verdict.results.append(
+                _check(criterion, new, gallery, comparisons, resamples, role,
+                       mode if role == "parent" else "native")
+            )  # fmt: skip
     for gallery in rollback:
         for criterion in back_criteria:
             verdict.results.append(
@@ -311,8 +344,8 @@ def judge(
         for criterion in contract.criteria:
             p, m = criterion.protocol, criterion.metric
             gain = comparisons[p].gain(
-                (new, contract.parent), (contract.parent, contract.parent), (paragon, paragon), m,
-                interval=False,
+                _term_cell("cross", new, contract.parent, mode),
+                (contract.parent, contract.parent), (paragon, paragon), m, interval=False,
             ).gain  # fmt: skip
             if failed and gain.value is not None:
                 gain = gain.not_meaningful("check failed: " + "; ".join(failed))
@@ -374,10 +407,11 @@ def _check(
     comparisons: dict[str, Comparison],
     resamples: int,
     role: str = "parent",
+    serve: str = "native",
 ) -> CriterionResult:
     p, m = criterion.protocol, criterion.metric
     lhs_term, rhs_term = criterion.terms
-    lhs, rhs = _term_cell(lhs_term, new, gallery), _term_cell(rhs_term, new, gallery)
+    lhs, rhs = _term_cell(lhs_term, new, gallery, serve), _term_cell(rhs_term, new, gallery, serve)
     comparison = comparisons[p]
     if m not in comparison.metrics(lhs):
         known = ", ".join(sorted(comparison.metrics(lhs)))
@@ -407,6 +441,6 @@ def _check(
         confidence=criterion.confidence,
         lower_bound=None if bound is None else num(bound),
         passed=passed,
-        description=criterion.describe(new, gallery),
+        description=criterion.describe(new, gallery, serve),
         role=role,
     )

@@ -154,9 +154,16 @@ class Criterion(BaseModel):
         """Whether the criterion needs the parent's gallery upgraded by psi."""
         return "forward" in self.terms
 
-    def describe(self, new: str, parent: str) -> str:
+    def describe(self, new: str, parent: str, serve: str = "native") -> str:
+        """The criterion in words, with the cells of the ``serve`` configuration (``cross`` is
+        M(adapt(new), parent) for a query adapter, M(new, psi(parent)) for a backfill)."""
+        cross = {
+            "native": f"M({new}, {parent})",
+            "query-adapter": f"M({adapter_name(new)}, {parent})",
+            "backfill": f"M({new}, psi({parent}))",
+        }[serve]
         cells = {
-            "cross": f"M({new}, {parent})",
+            "cross": cross,
             "self_parent": f"M({parent}, {parent})",
             "self": f"M({new}, {new})",
             "forward": f"M({new}, psi({parent}))",
@@ -197,6 +204,45 @@ class Rollback(BaseModel):
         return self
 
 
+def adapter_name(version: str) -> str:
+    """The matrix row of ``version``'s queries mapped by its query adapter: ``adapt(v3)``."""
+    return f"adapt({version})"
+
+
+SERVE_MODES = ("native", "query-adapter", "backfill")
+
+
+class Serve(BaseModel):
+    """How the version is served against its parent's stored gallery (issue 27).
+
+    ``native``: its own embeddings search the parent's rows (BCT's setting). ``query-adapter``:
+    its queries are first mapped into the parent's space by a fitted map (Drift-Adapter,
+    Vejendla, EMNLP 2025), so ``cross`` is M(adapt(new), parent). ``backfill``: the parent's
+    rows are mapped into the new space by a gallery map (BiCT's psi), so ``cross`` is
+    M(new, psi(parent)). ``map`` is the map's folder; default ``maps/<version>-to-<parent>``
+    for a query adapter and ``models/<version>/upgrade`` (the pipeline's psi) for a backfill.
+    A map reads one space and writes one other, so a non-native configuration serves the
+    parent's gallery only: ``transitive`` ancestors are refused with it.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    mode: Literal["native", "query-adapter", "backfill"] = "native"
+    map: str | None = None
+
+    def map_folder(
+        self, version: str, parent: str, models: str | os.PathLike[str] = "models"
+    ) -> str | None:
+        """The map's folder (None for ``native``)."""
+        if self.mode == "native":
+            return None
+        if self.map is not None:
+            return self.map
+        if self.mode == "query-adapter":
+            return f"maps/{version}-to-{parent}"
+        return str(Path(models) / version / "upgrade")
+
+
 class Contract(BaseModel):
     """What a version promises; validated with ``extra="forbid"`` so a typo is an error."""
 
@@ -211,6 +257,12 @@ class Contract(BaseModel):
     paragon: Name | None = None
     dim_mismatch: Literal["truncate", "pad"] | None = None
     rollback: Rollback | None = None
+    serve: Serve = Field(default_factory=Serve)
+
+    @field_validator("serve", mode="before")
+    @classmethod
+    def _serve_shorthand(cls, v: Any) -> Any:
+        return {"mode": v} if isinstance(v, str) else v
 
     @field_validator("head")
     @classmethod
@@ -232,6 +284,14 @@ class Contract(BaseModel):
             raise ValueError(f"transitive: {self.parent} is the parent; list only older ancestors")
         if len(set(self.transitive)) != len(self.transitive):
             raise ValueError("transitive: an ancestor is listed twice")
+        if self.serve.mode != "native":
+            if self.parent is None:
+                raise ValueError(f"serve: {self.serve.mode} needs a parent whose gallery it serves")
+            if self.transitive:
+                raise ValueError(
+                    f"serve: {self.serve.mode}: a map serves the parent's gallery only; list no "
+                    "transitive ancestors (or serve native)"
+                )
         if self.rollback is not None and self.version in (self.rollback.serve or []):
             raise ValueError("rollback.serve: a version cannot serve a rollback to itself")
         return self

@@ -1,11 +1,15 @@
 """``compat`` with a pause after each saved backfill batch: a test can then SIGKILL it mid-run.
 
 The pause is patched in here, from the test side, around the atomic write of each batch file.
+With ``SLOW_BACKFILL_HOLD`` naming a file, the run also waits after its second batch until that
+file exists (at most 120 s): a test can act while the run surely still holds its output, however
+loaded the machine is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +18,7 @@ import compat.backfill.apply as apply_module
 from compat.cli.main import app
 
 _atomic_path = apply_module.atomic_path
+_saved = [0]
 
 
 @contextlib.contextmanager
@@ -22,6 +27,12 @@ def _slow_atomic_path(path: str | Path, size: int | None = None) -> Iterator[Pat
         yield tmp
     if Path(path).name.startswith("batch-"):
         time.sleep(0.25)
+        _saved[0] += 1
+        hold = os.environ.get("SLOW_BACKFILL_HOLD")
+        if hold and _saved[0] == 2:
+            deadline = time.monotonic() + 120
+            while not Path(hold).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
 
 
 apply_module.atomic_path = _slow_atomic_path

@@ -186,8 +186,9 @@ def test_two_backfills_into_one_out_the_second_exits_6_and_leaves_nothing(
     kit.make_gallery(tmp_path / "h.npz", n=120, seed=3)
     out = tmp_path / "out"  # Parquet shards, as in the issue
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(_slow(tmp_path, out), env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)  # fmt: skip
+    release = tmp_path.parent / f"{tmp_path.name}-release"  # the first waits after 2 batches
+    first = subprocess.Popen(_slow(tmp_path, out), env={**env, "SLOW_BACKFILL_HOLD": str(release)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     work = work_dir_for(out)
     deadline = time.time() + 120
     while time.time() < deadline and len(list(work.glob("batch-*.sha256"))) < 2:
@@ -206,6 +207,7 @@ def test_two_backfills_into_one_out_the_second_exits_6_and_leaves_nothing(
         "finish, or choose another --out"
     ]
     assert set(saved) <= {p.name for p in work.iterdir()}  # the first's batches are untouched
+    release.touch()
     assert first.wait(timeout=120) == 0, first.stderr.read().decode()[-2000:]
     assert json.loads(first.stdout.read())["upgraded"] == 200
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.npz", "h.npz", "models", "out"]

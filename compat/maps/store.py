@@ -1,0 +1,116 @@
+"""A map on disk and in memory: ``weights.safetensors`` plus ``card.json`` in one folder.
+
+Weights first, the card last, each written atomically (:func:`compat.io.atomic_path`): a
+half-saved map has no card and is never loaded. Saving over an existing map removes its card
+first, so a kill between the two writes leaves no card that names other weights. On load the
+weights' sha256 must equal the card's (:func:`compat.models.version.read_verified`), and the
+tensors must have the card's shape; otherwise BadInputError (exit 4) naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compat.errors import BadInputError
+from compat.maps.card import MapCard, read_map_card, write_map_card
+
+WEIGHTS = "weights.safetensors"
+CARD = "card.json"
+
+
+def weights_blob(state: dict[str, Any]) -> bytes:
+    """The safetensors bytes of ``state``: depend on the tensors alone (one metadata key, as
+    psi's: safetensors writes metadata from a hash map whose order varies between saves)."""
+    from safetensors.torch import save
+
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}
+    return save(tensors, metadata={"format": "pt"})
+
+
+@dataclass
+class Map:
+    """A fitted map: its card and the applier that maps rows (fixed row blocks)."""
+
+    card: MapCard
+    applier: Any
+    folder: Path | None = None
+
+    @property
+    def in_dim(self) -> int:
+        return self.card.in_dim
+
+    @property
+    def out_dim(self) -> int:
+        return self.card.out_dim
+
+    @property
+    def refused(self) -> str | None:
+        """Why the held-out check refused the map (None: kept)."""
+        return None if self.card.refused is None else self.card.refused.reason
+
+    def apply(self, x: np.ndarray, start: int = 0) -> np.ndarray:
+        """Rows ``start ..`` of a matrix mapped: float32 (n, out_dim), L2-normalised; a row's
+        bits do not depend on ``start`` or ``len(x)`` (:mod:`compat.models.rowblocks`)."""
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != self.in_dim:
+            where = self.folder / CARD if self.folder is not None else "map"
+            raise BadInputError(
+                f"{where}: in_dim: the map takes {self.in_dim}-dim rows, got shape {x.shape}"
+            )
+        return self.applier.apply(x, start)
+
+
+def save_map(folder: str | os.PathLike[str], fitted: Map) -> Path:
+    """Write ``fitted`` into ``folder`` (created if needed); returns the card's path."""
+    from compat.io import atomic_path
+
+    out = Path(folder)
+    blob = weights_blob(fitted.applier.state())
+    if fitted.card.weights_sha256 != _sha(blob):
+        raise ValueError("the card's weights_sha256 does not match the weights to be saved")
+    (out / CARD).unlink(missing_ok=True)
+    with atomic_path(out / WEIGHTS, size=len(blob)) as tmp:
+        tmp.write_bytes(blob)
+    path = write_map_card(out, fitted.card)  # last: a half-finished save has no card
+    fitted.folder = out
+    return path
+
+
+def _sha(blob: bytes) -> str:
+    from compat.io import sha256_bytes
+
+    return sha256_bytes(blob)
+
+
+def load_map(folder: str | os.PathLike[str], device: str = "cpu") -> Map:
+    """The map in ``folder``: NotFoundError (3) without a card or weights, BadInputError (4)
+    when the card is bad, the weights' sha256 differs from it, or they do not fit its shape."""
+    from safetensors.torch import load
+
+    from compat.maps.kinds import kind_module
+    from compat.models.version import read_verified
+
+    path = Path(folder)
+    card = read_map_card(path)
+    weights = path / WEIGHTS
+    blob = read_verified(weights, card.weights_sha256, "map weights")
+    try:
+        state = load(blob)
+    except Exception as err:
+        raise BadInputError(f"{weights}: not a safetensors file ({err})") from None
+    try:
+        applier = kind_module(card.kind).from_state(
+            state, card.in_dim, card.out_dim, card.params, device
+        )
+    except (KeyError, ValueError, RuntimeError) as err:
+        first = (str(err).splitlines() or ["state mismatch"])[0]
+        raise BadInputError(f"{weights}: weights do not fit the card: {first}") from None
+    return Map(card, applier, path)
+
+
+__all__ = ["CARD", "WEIGHTS", "Map", "load_map", "save_map", "weights_blob"]

@@ -1,0 +1,272 @@
+"""``compat adapt``, ``compat embed`` and ``compat score --query-adapter`` through typer's
+runner, each with its exit code, bad input included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from compat.cli.main import app
+from tests.maps.conftest import drifted_pairs
+
+runner = CliRunner()
+
+
+def _npz(path: Path, emb, labels, ids=None) -> str:
+    arrays = {"embeddings": np.asarray(emb, np.float32), "labels": np.asarray(labels)}
+    if ids is not None:
+        arrays["ids"] = np.asarray(ids, dtype=np.str_)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pairs")
+    new, old, labels, _ = drifted_pairs(n=900, old_noise=1.5, new_noise=0.5)
+    ids = [f"item{i:04d}" for i in range(len(new))]
+    order = np.random.default_rng(0).permutation(len(new))  # the old file in another order
+    return {
+        "new": _npz(root / "new.npz", new, labels, ids),
+        "old": _npz(root / "old.npz", old[order], labels[order], [ids[i] for i in order]),
+        "noise": _npz(
+            root / "noise.npz", np.random.default_rng(1).standard_normal(new.shape), labels, ids
+        ),
+        "other": _npz(root / "other.npz", new, labels, [f"x{i}" for i in range(len(new))]),
+        "root": root,
+    }
+
+
+def _adapt(files, out, *extra, new="new", old="old"):
+    return runner.invoke(
+        app, ["adapt", "--new", files[new], "--old", files[old], "--out", str(out), *extra]
+    )
+
+
+@pytest.mark.parametrize("kind", ["procrustes", "affine"])
+def test_adapt_writes_a_kept_adapter_and_prints_both_numbers(tmp_path, files, kind):
+    r = _adapt(files, tmp_path / "a", "--kind", kind)
+    assert r.exit_code == 0, r.output
+    assert "with the adapter" in r.stdout and "old-self" in r.stdout and "kept" in r.stdout
+    card = json.loads((tmp_path / "a" / "card.json").read_text())
+    assert card["kind"] == kind and card["data"]["num_pairs"] == 900 and "refused" not in card
+    assert card["data"]["source"]["file"] == files["new"]
+
+
+def test_adapt_json_and_parameters(tmp_path, files):
+    r = _adapt(files, tmp_path / "a", "--kind", "affine", "--param", "rank=8",
+               "--param", "ridge=0.01", "--json")  # fmt: skip
+    card = json.loads(r.stdout)
+    assert card["params"]["rank"] == 8 and card["params"]["ridge"] == 0.01
+    # rank 8 of a 32-d rotation loses too much: refused (7), the card says why
+    assert r.exit_code == 7 and card["refused"]["mapped"] < card["refused"]["baseline"]
+
+
+def test_adapt_residual_mlp(tmp_path, files):
+    r = _adapt(files, tmp_path / "a", "--kind", "residual-mlp", "--param", "epochs=2",
+               "--param", "hidden=16", "--param", "device=cpu", "--allow-refused")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "a" / "card.json").read_text())["params"]["hidden"] == 16
+
+
+def test_adapt_refuses_a_useless_adapter_exit_7(tmp_path, files):
+    r = _adapt(files, tmp_path / "a", "--kind", "affine", new="noise")
+    assert r.exit_code == 7, r.output
+    assert "refused: held-out top-1" in r.stdout and "exit 7" in r.stdout
+    assert json.loads((tmp_path / "a" / "card.json").read_text())["refused"]["reason"]
+    r = _adapt(files, tmp_path / "a", "--kind", "affine", "--allow-refused", new="noise")
+    assert r.exit_code == 0, r.output
+
+
+def test_adapt_in_other_formats_and_without_labels(tmp_path, files):
+    from compat.embeddings.bundle import load_bundle
+    from compat.maps.versions import write_embeddings
+
+    new = load_bundle(files["new"])
+    old = load_bundle(files["old"])
+    write_embeddings(tmp_path / "new.npy", new)
+    write_embeddings(tmp_path / "old_parquet", old)
+    r = runner.invoke(app, ["adapt", "--new", str(tmp_path / "new.npy"), "--old",
+                            str(tmp_path / "old_parquet"), "--kind", "procrustes", "--out",
+                            str(tmp_path / "a"), "--no-labels", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    held = json.loads(r.stdout)["heldout"]
+    assert held["retrieval"] == "pair" and held["split"] == "rows"
+
+
+def test_adapt_bad_input(tmp_path, files):
+    r = _adapt(files, tmp_path / "a", "--kind", "procrustes", old="other")
+    assert r.exit_code == 4 and "ids: 0 of its 900 rows" in r.stderr
+    assert files["new"] in r.stderr or files["other"] in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = runner.invoke(app, ["adapt", "--new", str(tmp_path / "missing.npz"), "--old",
+                            files["old"], "--kind", "affine", "--out", str(tmp_path / "a")])  # fmt: skip
+    assert r.exit_code == 3 and "missing.npz" in r.stderr
+    r = _adapt(files, tmp_path / "a", "--kind", "rotation")
+    assert r.exit_code == 2 and "unknown map kind 'rotation'" in r.stderr
+    r = _adapt(files, tmp_path / "a", "--kind", "affine", "--param", "rdige=1")
+    assert r.exit_code == 2 and "rdige: unknown parameter" in r.stderr
+    r = _adapt(files, tmp_path / "a", "--kind", "affine", "--val-fraction", "1.5")
+    assert r.exit_code == 2 and "--val-fraction" in r.stderr
+    r = runner.invoke(app, ["adapt", "--new", files["new"], "--kind", "affine", "--out", "x"])
+    assert r.exit_code == 2 and "--new FILE --old FILE" in r.stderr
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    r = _adapt(files, tmp_path / "busy", "--kind", "affine")
+    assert r.exit_code == 2 and "not a map's" in r.stderr
+    lab = np.load(files["old"])
+    _npz(tmp_path / "relabelled.npz", lab["embeddings"], lab["labels"] + 1, lab["ids"])
+    r = runner.invoke(app, ["adapt", "--new", files["new"], "--old",
+                            str(tmp_path / "relabelled.npz"), "--kind", "affine", "--out",
+                            str(tmp_path / "b")])  # fmt: skip
+    assert r.exit_code == 4 and "relabelled.npz: labels:" in r.stderr
+
+
+def test_score_with_a_query_adapter(tmp_path, files):
+    assert _adapt(files, tmp_path / "a", "--kind", "procrustes").exit_code == 0
+    base = ["score", "-q", files["new"], "-g", files["old"], "-p", "identification", "--json"]
+    plain = runner.invoke(app, base)
+    assert plain.exit_code == 0, plain.output
+    adapted = runner.invoke(app, [*base, "--query-adapter", str(tmp_path / "a")])
+    assert adapted.exit_code == 0, adapted.output
+    top1 = [json.loads(r.stdout)["protocols"]["identification"]["metrics"]["top1"]
+            for r in (plain, adapted)]  # fmt: skip
+    assert top1[1] > top1[0] + 0.5
+    out = json.loads(adapted.stdout)
+    assert out["query_adapter"]["kind"] == "procrustes" and out["notes"]
+    # refused: 7 unless allowed; a changed weight: 4; missing: 3; a wrong width: 4
+    assert _adapt(files, tmp_path / "r", "--kind", "affine", new="noise").exit_code == 7
+    r = runner.invoke(app, [*base, "--query-adapter", str(tmp_path / "r")])
+    assert r.exit_code == 7 and "refused" in r.stderr
+    r = runner.invoke(app, [*base, "--query-adapter", str(tmp_path / "r"), "--allow-refused"])
+    assert r.exit_code == 0, r.output
+    w = tmp_path / "a" / "weights.safetensors"
+    w.write_bytes(w.read_bytes()[:-1] + b"\0")
+    r = runner.invoke(app, [*base, "--query-adapter", str(tmp_path / "a")])
+    assert r.exit_code == 4 and "sha256" in r.stderr
+    r = runner.invoke(app, [*base, "--query-adapter", str(tmp_path / "none")])
+    assert r.exit_code == 3
+    _npz(tmp_path / "narrow.npz", np.ones((4, 8)), [0, 0, 1, 1])
+    assert _adapt(files, tmp_path / "c", "--kind", "procrustes").exit_code == 0
+    r = runner.invoke(app, ["score", "-q", str(tmp_path / "narrow.npz"), "-g", files["old"],
+                            "--query-adapter", str(tmp_path / "c")])  # fmt: skip
+    assert r.exit_code == 4 and "in_dim" in r.stderr
+
+
+def _project(root: Path) -> None:
+    """A folder source of 24 tiny images, splits/v2.json, models/v1 (dim 6) and v2 (dim 8)."""
+    import torch
+    from PIL import Image
+
+    from compat.data.config import FolderData
+    from compat.data.sources import build_source
+    from compat.data.split import TrainManifest
+    from compat.io import fingerprint, write_json
+    from compat.models.embedding import build_embedding_model
+    from compat.models.version import save_version
+
+    rng = np.random.default_rng(0)
+    items, labels = [], []
+    for k in range(24):
+        lab = f"c{k % 4}"
+        path = root / "imgs" / lab / f"{k:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(path)
+        items.append(f"{lab}/{k:03d}.png")
+        labels.append(lab)
+    source = build_source(FolderData(kind="folder", root=str(root / "imgs"), size=8), root / "data")
+    body = {"name": "v2", "scenario": "test", "source_fingerprint": source.fingerprint,
+            "classes": sorted(set(labels)), "items": items, "labels": labels}  # fmt: skip
+    write_json(root / "splits" / "v2.json",
+               TrainManifest(**body, fingerprint=fingerprint(body)).model_dump())  # fmt: skip
+    for seed, (version, dim) in enumerate([("v1", 6), ("v2", 8)]):
+        torch.manual_seed(seed)
+        model = build_embedding_model("tiny", dim, in_channels=1, image_size=8)
+        save_version(root / "models" / version, model, None,
+                     {"version": version, "backbone": "tiny", "dim": dim, "in_channels": 1,
+                      "image_size": 8, "pooling": "avg"})  # fmt: skip
+
+
+def test_embed_through_the_cache_in_every_format(in_tmp):
+    from compat.embeddings.formats import load_gallery
+
+    _project(in_tmp)
+    r = runner.invoke(app, ["embed", "v2", "--split", "v2", "--out", "v2.npz"])
+    assert r.exit_code == 0, r.output
+    assert "embed: v2: 24/24 images" in r.stderr and "embedded (24, 8)" in r.stderr
+    b = load_gallery(in_tmp / "v2.npz")
+    assert b.embeddings.shape == (24, 8) and b.version == "v2" and len(b.ids) == 24
+    assert b.meta["classes"] == ["c0", "c1", "c2", "c3"]
+    for out in ("v2.npy", "v2_parquet"):
+        r = runner.invoke(app, ["embed", "v2", "--split", "v2", "--out", out])
+        assert r.exit_code == 0, r.output
+        assert "cached (24, 8)" in r.stderr  # the cache served it
+        again = load_gallery(in_tmp / out)
+        assert np.array_equal(again.embeddings, b.embeddings) and list(again.ids) == b.ids
+    r = runner.invoke(app, ["embed", "v1", "--folder", "imgs", "--out", "v1.npz", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert load_gallery(in_tmp / "v1.npz").embeddings.shape == (24, 6)
+
+
+def test_embed_errors(in_tmp):
+    _project(in_tmp)
+    r = runner.invoke(app, ["embed", "v2", "--out", "x.npz"])
+    assert r.exit_code == 2 and "exactly one of --split" in r.stderr
+    r = runner.invoke(app, ["embed", "v2", "--split", "nope", "--out", "x.npz"])
+    assert r.exit_code == 3 and "splits/nope.json" in r.stderr
+    r = runner.invoke(app, ["embed", "v9", "--split", "v2", "--out", "x.npz"])
+    assert r.exit_code == 3 and "v9" in r.stderr
+    r = runner.invoke(app, ["embed", "v2", "--split", "v2", "--out", "x.txt"])
+    assert r.exit_code == 2 and "unknown gallery format" in r.stderr
+
+
+def test_adapt_from_versions_through_the_cache(in_tmp):
+    _project(in_tmp)
+    r = runner.invoke(app, ["adapt", "--new-version", "v2", "--old-version", "v1", "--split",
+                            "v2", "--kind", "affine", "--out", "ad", "--val-fraction", "0.5",
+                            "--allow-refused", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    card = json.loads(r.stdout)
+    assert (card["from"], card["to"], card["in_dim"], card["out_dim"]) == ("v2", "v1", 8, 6)
+    assert card["data"]["source"]["version"] == "v2" and card["data"]["labelled"]
+
+
+def test_a_gallery_map_between_two_files_backfills_a_stored_gallery(tmp_path, files):
+    """Issue 27 item 3: psi fitted between any two embedding files (here an outside model's)
+    upgrades a stored gallery through compat backfill --psi, row for row as the map applies."""
+    from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
+    from compat.maps import load_map
+
+    new, old, labels, _ = drifted_pairs(n=900, old_noise=1.5, new_noise=0.5)
+    v1, v2 = _npz(tmp_path / "v1.npz", old, labels), _npz(tmp_path / "v2.npz", new, labels)
+    r = runner.invoke(app, ["adapt", "--new", v2, "--old", v1, "--kind", "procrustes",
+                            "--role", "gallery-map", "--out", str(tmp_path / "psi")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    card = json.loads((tmp_path / "psi" / "card.json").read_text())
+    assert (card["role"], card["from"], card["to"]) == ("gallery-map", "v1", "v2")
+
+    stored = old[:50]
+    save_bundle(tmp_path / "g.npz", EmbeddingBundle(stored, labels[:50], version="v1"))
+    args = ["backfill", "--gallery", str(tmp_path / "g.npz"), "--from", "v1", "--to", "v2",
+            "--psi", str(tmp_path / "psi"), "--out", str(tmp_path / "up.npz"), "--no-progress"]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    up = load_bundle(tmp_path / "up.npz")
+    assert np.array_equal(up.embeddings, load_map(tmp_path / "psi").apply(stored))
+    assert set(up.row_versions) == {"v2"}
+
+    # a query adapter is not a gallery map; a map of other versions is not this backfill's
+    r = _adapt(files, tmp_path / "qa", "--kind", "procrustes")
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(
+        app, [*args[:7], "--psi", str(tmp_path / "qa"), "--out", str(tmp_path / "x.npz")]
+    )
+    assert r.exit_code == 4 and "role: a query-adapter maps queries" in r.output
+    r = runner.invoke(app, ["adapt", "--new", v2, "--old", v1, "--kind", "procrustes",
+                            "--role", "psi", "--out", str(tmp_path / "y")])  # fmt: skip
+    assert r.exit_code == 2 and "--role 'psi'" in r.output
