@@ -22,13 +22,17 @@ REGISTRY_ROOT = Path("registry")
 def _registry(uri: str | None, read: bool = False) -> Any:
     """The registry the command names. ``read``: a read command, which outside a project
     (compat.cli.common) exits 3, never creates the local store and opens the registry
-    read-only (a folder the user cannot write to serves)."""
-    from compat.registry.store import Registry
-
+    read-only (a folder the user cannot write to serves), through the reader that imports no
+    mlflow (:mod:`compat.registry.reader`) unless the URI is one only MLflow reads."""
     quiet_mlflow_logs()
     if read:
         require_project(uri)
-    return Registry(uri=uri, root=REGISTRY_ROOT, read_only=read)
+        from compat.registry.reader import open_registry
+
+        return open_registry(uri, root=REGISTRY_ROOT)
+    from compat.registry.store import Registry
+
+    return Registry(uri=uri, root=REGISTRY_ROOT)
 
 
 def _store_missing(reg: Any) -> bool:
@@ -171,7 +175,7 @@ def promote_cmd(
         params=params,
     )
     with exit_on_error(on_error=_summarize_error(f"compat promote {version}")):
-        reg = _registry(uri)
+        reg = _registry(uri, read=dry_run)  # a dry run records nothing: it only reads
         outcome = promote(
             version,
             against,
