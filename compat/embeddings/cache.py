@@ -39,6 +39,14 @@ class CacheKey:
         return hashlib.sha256(blob).hexdigest()[:32]
 
 
+def cache_key(weights_sha256: str, data_fingerprint: str) -> CacheKey:
+    """The cache key of a model's embeddings of a dataset under the current transform
+    (torch-free: a gate on cached embeddings needs the key, never the model)."""
+    from compat.data.transforms import TRANSFORM_ID
+
+    return CacheKey(weights_sha256, data_fingerprint, TRANSFORM_ID)
+
+
 def content_digest(embeddings: np.ndarray, labels: np.ndarray) -> str:
     """sha256 over shapes and bytes of the arrays an entry serves."""
     h = hashlib.sha256()

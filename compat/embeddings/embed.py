@@ -14,17 +14,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from compat.data.transforms import TRANSFORM_ID, to_tensor
-from compat.embeddings.cache import CacheKey, EmbeddingCache
+from compat.data.transforms import to_tensor
+from compat.embeddings.cache import CacheKey, EmbeddingCache, cache_key
 from compat.errors import BadInputError
 from compat.models.parent import eval_mode
 
 __all__ = ["CacheKey", "EmbeddingCache", "cache_key", "embed_images", "embed_items"]
-
-
-def cache_key(weights_sha256: str, data_fingerprint: str) -> CacheKey:
-    """The cache key of a model's embeddings of a dataset under the current transform."""
-    return CacheKey(weights_sha256, data_fingerprint, TRANSFORM_ID)
 
 
 def _device_of(model: nn.Module) -> torch.device:

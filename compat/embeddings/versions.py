@@ -53,7 +53,7 @@ def embed_versions(
     weights sha256): the cache entry when one matches, else ``load_model(version)`` embeds
     ``load_images(items)`` and the result is stored. ``labels`` (int codes, one per item) are
     stored with each new entry; ``what`` prefixes the progress lines."""
-    from compat.embeddings.embed import cache_key
+    from compat.embeddings.cache import cache_key
 
     say = report or (lambda msg: log.info(msg))
     ids = list(manifest.items)

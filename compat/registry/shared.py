@@ -55,6 +55,20 @@ def check_reachable(url: str) -> None:
         ) from None
 
 
+def with_connect_timeout(url: str) -> str:
+    """``url`` with libpq's ``connect_timeout`` (``CONNECT_TIMEOUT_S``) unless it names one: the
+    engine MLflow builds from a tracking URI then waits a bounded time for every connection it
+    opens after the first check, not the operating system's minutes."""
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(k == "connect_timeout" for k, _ in query):
+        return url
+    extra = f"connect_timeout={CONNECT_TIMEOUT_S}"
+    return urlunsplit(parts._replace(query=f"{parts.query}&{extra}" if parts.query else extra))
+
+
 def lock_key(model: str) -> int:
     """A signed 64-bit advisory-lock key for a registered model's promotions."""
     digest = hashlib.sha256(f"compat.promote:{model}".encode()).digest()
@@ -159,4 +173,4 @@ class PostgresLedger(Ledger):
                 raise self._fail("write", err) from None
 
 
-__all__ = ["PostgresLedger", "lock_key", "plain_url", "redacted"]
+__all__ = ["PostgresLedger", "lock_key", "plain_url", "redacted", "with_connect_timeout"]

@@ -255,9 +255,10 @@ class Registry:
             # migration; a file lock serialises first use (and the relocation below).
             schema_lock = FileLock(str(self.root / ".schema.lock"), timeout=300)
         elif self.uri.startswith(("postgresql://", "postgresql+", "postgres://")):
-            from compat.registry.shared import check_reachable
+            from compat.registry.shared import check_reachable, with_connect_timeout
 
             check_reachable(self.uri)  # at once, not after MLflow's ten retries
+            self.tracking_uri = with_connect_timeout(self.uri)  # and every later connection
         elif self.uri.startswith("sqlite:"):
             db = _check_sqlite_folder(self.uri)
             if db is not None and not (self.read_only and not os.access(db.parent, os.W_OK)):

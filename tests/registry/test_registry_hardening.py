@@ -382,3 +382,17 @@ def test_a_database_tracking_uri_at_a_closed_port_is_exit_5_at_once(tmp_path, mo
         assert time.monotonic() - start < 15, args
         [line] = r.stderr.splitlines()
         assert f"alice:***@127.0.0.1:{port}" in line and "s3cret" not in r.output
+
+
+def test_every_later_database_connection_has_a_bounded_timeout():
+    """Issue 30 case 10: after the first check, the engine MLflow builds from the tracking URI
+    also waits at most CONNECT_TIMEOUT_S per connection (libpq's connect_timeout), unless the
+    URI names its own."""
+    from compat.registry.shared import CONNECT_TIMEOUT_S, with_connect_timeout
+
+    t = f"connect_timeout={CONNECT_TIMEOUT_S}"
+    assert with_connect_timeout("postgresql://u:p@h:5432/db") == f"postgresql://u:p@h:5432/db?{t}"
+    assert with_connect_timeout("postgresql+psycopg://h/db?sslmode=require") == (
+        f"postgresql+psycopg://h/db?sslmode=require&{t}"
+    )
+    assert with_connect_timeout("postgresql://h/db?connect_timeout=3").endswith("=3")
