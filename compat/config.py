@@ -17,7 +17,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from compat.errors import BadInputError, NotFoundError
-from compat.io import read_regular_bytes
+from compat.files import read_regular_bytes
 
 
 def _field_path(loc: tuple, raw: Any) -> list[str]:

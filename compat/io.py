@@ -19,17 +19,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import io
 import json
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from compat.errors import BadInputError, StorageError
+from compat.errors import StorageError
 
 # The errors that mean "this storage cannot take the file", not "this program is wrong".
 STORAGE_ERRNOS = {
@@ -206,50 +204,6 @@ def atomic_path(path: str | os.PathLike[str], size: int | None = None) -> Iterat
         with contextlib.suppress(FileNotFoundError):
             if tmp_path.exists():
                 tmp_path.unlink()
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device"
-
-
-def open_regular(path: str | os.PathLike[str], what: str = "file") -> io.BufferedReader:
-    """``path`` opened for binary reading if it is a regular file (after symlinks); a FIFO,
-    socket, device or folder is a :class:`BadInputError` naming it. Opened without blocking and
-    checked on the open file, so nothing swapped in after a check can make the read hang (a plain
-    ``open`` of a FIFO waits for a writer forever). ``what`` names what was expected, for the
-    message ("an image", "a YAML file"). A missing file raises FileNotFoundError as ``open``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise BadInputError(f"{path}: {_kind(mode)}, not a regular file; expected {what}")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def check_regular(path: str | os.PathLike[str], what: str = "file") -> Path:
-    """``path`` if it names a regular file (after symlinks), else :class:`BadInputError` as
-    :func:`open_regular`; for readers that must open by name (a memory map). A missing path
-    raises FileNotFoundError."""
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise BadInputError(f"{path}: {_kind(mode)}, not a regular file; expected {what}")
-    return Path(path)
-
-
-def read_regular_bytes(path: str | os.PathLike[str], what: str = "file") -> bytes:
-    """The bytes of ``path``, a regular file (:func:`open_regular`)."""
-    with open_regular(path, what) as f:
-        return f.read()
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

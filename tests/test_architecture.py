@@ -37,6 +37,7 @@ FLOORS: list[set[str]] = [
         "config",
         "errors",
         "io",
+        "files",
         "catalog",
         "names",
     },  # the ground floor ("compat": __init__.py)

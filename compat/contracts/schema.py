@@ -59,7 +59,7 @@ from compat.config import DuplicateKeyError, load_yaml_text, validation_problems
 from compat.errors import BadInputError, NotFoundError
 from compat.evaluate.metrics import canonical_metric
 from compat.evaluate.protocols import PROTOCOLS, options_for
-from compat.io import read_regular_bytes
+from compat.files import read_regular_bytes
 from compat.names import Name
 
 TERMS: tuple[str, ...] = ("cross", "self_parent", "self", "forward")

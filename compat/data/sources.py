@@ -22,14 +22,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from compat.data.config import DataParams, EmbeddedData, FolderData, ManifestData
 from compat.errors import BadInputError, NotFoundError
-from compat.io import (
-    atomic_path,
-    fingerprint,
-    open_regular,
-    read_regular_bytes,
-    storage_error,
-    write_json,
-)
+from compat.files import open_regular, read_regular_bytes
+from compat.io import atomic_path, fingerprint, storage_error, write_json
 
 SOURCE_FILE = "source.json"
 # Largest image (width x height) a folder or manifest source decodes: 8192 x 8192. Every image is

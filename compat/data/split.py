@@ -30,7 +30,8 @@ from compat.config import validation_problems
 from compat.data.scenarios import Chain, Scenario
 from compat.data.sources import Source
 from compat.errors import BadInputError, NotFoundError
-from compat.io import fingerprint, read_regular_bytes, write_json
+from compat.files import read_regular_bytes
+from compat.io import fingerprint, write_json
 
 VALIDATION = "validation"  # splits/validation.json
 MAX_PAIRS = 10_000_000
