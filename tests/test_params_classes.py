@@ -10,16 +10,29 @@ import typing
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from compat.contracts.schema import Contract, Criterion, Rollback
+from compat.contracts.schema import Contract, Criterion, Rollback, Serve
 from compat.data.config import EmbeddedData, FolderData, ManifestData
 from compat.data.render import Distortion
 from compat.data.scenarios import Chain, Incremental, TwoVersion
 from compat.data.split import EvalSplit, SplitParams
 from compat.evaluate.config import EvaluateConfig
 from compat.losses import LOSSES
+from compat.maps.card import MAP_KINDS
 from compat.names import Name
 from compat.train.config import AugmentConfig, TrainConfig
 from compat.train.upgrade_config import UpgradeConfig
+
+
+def _kind_params(kind: str) -> type[BaseModel]:
+    from compat.maps.kinds import kind_module
+
+    module = kind_module(kind)
+    return next(
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__
+    )
+
 
 # Each model with the smallest valid input it accepts.
 MODELS: list[tuple[type[BaseModel], dict]] = [
@@ -39,8 +52,10 @@ MODELS: list[tuple[type[BaseModel], dict]] = [
     (Criterion, {"protocol": "identification", "metric": "top1"}),
     (Rollback, {}),
     (Contract, {"version": "v1", "embedding_dim": 8, "head": "cosface"}),
+    (Serve, {}),
 ]
 MODELS += [(LOSSES.get(name).Params, {}) for name in LOSSES.names()]
+MODELS += [(_kind_params(kind), {}) for kind in MAP_KINDS]
 
 
 def _has(annotation: object, target: object) -> bool:
@@ -70,10 +85,36 @@ def _fields(pick: typing.Callable[[object], bool]) -> list[tuple[type[BaseModel]
 
 FLOATS = _fields(lambda info: _has(info.annotation, float))
 NAMES = _fields(_is_name)
+INTS = _fields(lambda info: _has(info.annotation, int) and not _has(info.annotation, bool))
+
+# Sizes bounded by a check against the source's real size instead of a constant (issue 30 case
+# 10; each has a case in tests/test_bad_input.py): how many images the source renders, how many
+# evaluation classes and pairs the split draws.
+BOUNDED_BY_THE_SOURCE = {
+    ("EmbeddedData", "images_per_class"),
+    ("EvalSplit", "classes"),
+    ("EvalSplit", "pairs"),
+    ("Incremental", "cumulative"),  # task numbers, each within 1..tasks
+}
 
 
 def test_the_classes_are_not_empty():
-    assert len(FLOATS) >= 30 and len(NAMES) >= 8
+    assert len(FLOATS) >= 30 and len(NAMES) >= 8 and len(INTS) >= 40
+
+
+@pytest.mark.parametrize("model,base,field", INTS, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_every_size_param_has_an_upper_bound(model, base, field):
+    """A size with no bound allocates whatever it is told (``dim: 10**12`` was a torch
+    traceback): every int field refuses 10**13, unless a check against the source bounds it."""
+    if (model.__name__, field) in BOUNDED_BY_THE_SOURCE:
+        return
+    annotation = model.model_fields[
+        next(k for k, v in model.model_fields.items() if (v.alias or k) == field)
+    ].annotation
+    value = [10**13] if typing.get_origin(annotation) is list else 10**13
+    with pytest.raises(ValidationError) as err:
+        model.model_validate({**base, field: value})
+    assert any(e["loc"][:1] == (field,) for e in err.value.errors()), err.value
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])

@@ -250,7 +250,7 @@ class Contract(BaseModel):
 
     version: Name
     parent: Name | None = None
-    embedding_dim: int = Field(gt=0)
+    embedding_dim: int = Field(gt=0, le=65536)
     head: str
     criteria: list[Criterion] = Field(default_factory=list)
     transitive: list[Name] = Field(default_factory=list)

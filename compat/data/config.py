@@ -24,10 +24,12 @@ class EmbeddedData(_Base):
     kind: Literal["embedded"] = "embedded"
     classes: int = Field(2000, ge=2, le=6000)
     images_per_class: int = Field(20, ge=2)
-    seed: int = 0
-    max_strokes: int = Field(30, ge=1)
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="random seed (0 .. 2**32 - 1)")
+    max_strokes: int = Field(30, ge=1, le=1000)
     distortion: Distortion = Distortion()
-    workers: int | None = Field(None, ge=1, description="render processes; default: all cores")
+    workers: int | None = Field(
+        None, ge=1, le=4096, description="render processes; default: all cores"
+    )
     cache: str | None = Field(
         None, description="render cache folder; default $COMPAT_CACHE_DIR or ~/.cache/compat"
     )

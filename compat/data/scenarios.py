@@ -124,7 +124,7 @@ class Replay(Relation):
     each class it adds."""
 
     earlier: str
-    memory: int = Field(ge=0)
+    memory: int = Field(ge=0, le=1_000_000)
 
 
 class _Scenario(BaseModel):
@@ -318,21 +318,27 @@ class Incremental(_Scenario):
     """
 
     kind: Literal["incremental"]
-    initial: int = Field(10, ge=1)
-    per_task: int = Field(5, ge=1)
-    tasks: int = Field(5, ge=1, description="number of tasks, the initial one included")
-    memory: int = Field(0, ge=0, description="replay images kept per earlier class")
+    initial: int = Field(10, ge=1, le=10_000_000)
+    per_task: int = Field(5, ge=1, le=10_000_000)
+    tasks: int = Field(5, ge=1, le=10_000, description="number of tasks, the initial one included")
+    memory: int = Field(0, ge=0, le=1_000_000, description="replay images kept per earlier class")
     prefix: Name = "t"
     cumulative: list[int] = Field(
         default_factory=list,
         description="tasks (1-based) that also get '<prefix><t>-all': all images seen so far",
     )
     pretrain: int = Field(
-        0, ge=0, description="classes of a pre-training set disjoint from every task (0: none)"
+        0,
+        ge=0,
+        le=10_000_000,
+        description="classes of a pre-training set disjoint from every task (0: none)",
     )
     pretrain_name: Name = "pretrain"
     pretrain_images: int | None = Field(
-        None, ge=1, description="images kept per pre-training class (None: every one)"
+        None,
+        ge=1,
+        le=1_000_000,
+        description="images kept per pre-training class (None: every one)",
     )
 
     @model_validator(mode="after")

@@ -89,9 +89,12 @@ class SplitParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="random seed (0 .. 2**32 - 1)")
     train_classes: int | None = Field(
-        None, ge=1, description="cap on the training pool; default: every non-evaluation class"
+        None,
+        ge=1,
+        le=10_000_000,
+        description="cap on the training pool; default: every non-evaluation class",
     )
     eval: EvalSplit = EvalSplit()
     validation: EvalSplit | None = Field(

@@ -53,7 +53,7 @@ class EvaluateConfig(BaseModel):
         1000, ge=0, le=100_000, description="bootstrap resamples over queries; 0: none"
     )
     confidence: float = Field(0.95, gt=0.0, lt=1.0, description="level of reported intervals")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="random seed (0 .. 2**32 - 1)")
     full_square: bool = Field(False, description="also evaluate old queries on newer galleries")
     strict_ac: bool = Field(True, description="AC counts M[i][j] > M[j][j] (False: >=)")
     batch_size: int = Field(
@@ -110,8 +110,8 @@ class EvaluateConfig(BaseModel):
     @field_validator("top_k")
     @classmethod
     def _positive_ks(cls, ks: list[int]) -> list[int]:
-        if any(k < 1 for k in ks):
-            raise ValueError("top-k values must be >= 1")
+        if any(k < 1 or k > 1_000_000 for k in ks):
+            raise ValueError("top-k values must lie in 1 .. 1,000,000")
         return ks
 
     @field_validator("far", "fpir")

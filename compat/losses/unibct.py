@@ -24,10 +24,11 @@ Prototypes are rebuilt at the start of the epochs in ``refresh_at`` (MixBCT refr
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from compat.functional.prototypes import (
@@ -48,7 +49,7 @@ class UniBCTParams(MethodParams):
     # UniBCT trains with s=64, m=0.5; these match the short-schedule CPU defaults (docs/findings.md).
     s: float = 16.0
     m: float = 0.2
-    refresh_at: list[int] | None = None
+    refresh_at: list[Annotated[int, Field(ge=0, le=100_000)]] | None = None
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
 
 

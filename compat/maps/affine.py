@@ -46,7 +46,10 @@ class AffineParams(Params):
         "tr(X_c^T X_c) / d_in (0: ordinary least squares)",
     )
     rank: int | None = Field(
-        None, ge=1, description="keep the reduced-rank solution of this rank (default: full)"
+        None,
+        ge=1,
+        le=65536,
+        description="keep the reduced-rank solution of this rank (default: full)",
     )
 
 

@@ -54,7 +54,9 @@ class ResidualMLPParams(Params):
         description="share of the fit pairs the loop holds out to pick its best epoch",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    threads: int | None = Field(
+        None, ge=1, le=4096, description="torch CPU threads (default: torch's)"
+    )
 
 
 def fit(

@@ -112,7 +112,7 @@ class TrainConfig(BaseModel):
     drop_last: bool = True
 
     # reproducibility and hardware
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="random seed (0 .. 2**32 - 1)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     amp: bool = Field(
         True,

@@ -59,7 +59,7 @@ class UpgradeConfig(BaseModel):
         "(docs/findings.md, 'Backfill and psi')",
     )
     batch_size: int = Field(256, ge=2, le=1_000_000)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="random seed (0 .. 2**32 - 1)")
     residual: bool = Field(
         True,
         description="psi(x) = x + MLP(x), the MLP's output layer at zero: the identity at the "
