@@ -1,9 +1,12 @@
 """Headless-Chromium screenshots of a compat registry in MLflow's UI (the README's pictures).
 
-Takes the registered model page, one version's page and that version's run (overview and
-artifacts; the metric charts draw no lines in headless Chromium), in MLflow's model-training view (``?workflowType=machine_learning``:
-MLflow 3 opens in its GenAI view). It serves the registry with ``mlflow server`` on a local
-port unless ``--url`` names a running one.
+Takes the registered model page, one version's page and that version's run: its overview
+(description = the verdict, datasets, metrics), its model-metrics tab (the training curves
+first, then the few ``verdict/`` metrics), and its artifacts opened on ``verdict/matrix.html``
+(checks, gains and every protocol's compatibility matrix as tables), in MLflow's
+model-training view (``?workflowType=machine_learning``: MLflow 3 opens in its GenAI view).
+It serves the registry with ``mlflow server`` on a local port unless ``--url`` names a
+running one.
 
     python scripts/screenshots.py                       # registry/, the production version
     python scripts/screenshots.py --version v2 --out docs/img
@@ -13,9 +16,10 @@ Needs Debian's chromium (``apt-get install chromium``; ``--chromium PATH`` for a
 Exit codes: 0 done, 2 bad arguments, 3 no chromium / no such version, 5 the server did not
 answer.
 
-docs/img was made from a tiny project built in a scratch folder: the README's pipeline stages
-on 32 px glyphs (v1; v2 = bct from v1; v2-paragon = independent), then ``compat register`` of
-the three and ``compat promote v1 --against none``, ``compat promote v2 --against v1``.
+docs/img was made from a copy of the project after ``dvc repro`` (models/, contracts/,
+splits/, data/, cache/, plots/, metrics/, params.yaml in a scratch folder): ``compat register``
+of v1, v2, v2-paragon, v3, v3-paragon, then ``compat promote v1 --against none``,
+``compat promote v2 --against v1``, ``compat promote v3 --against v2``, and this script.
 """
 
 from __future__ import annotations
@@ -103,13 +107,16 @@ def pages(tracking: str, model: str, version: str | None) -> dict[str, str]:
         "mlflow-model": f"/models/{model}",
         "mlflow-version": f"/models/{model}/versions/{mv.version}",
         "mlflow-run": base,
-        "mlflow-run-artifacts": f"{base}/artifacts",
+        "mlflow-run-metrics": f"{base}/model-metrics",
+        "mlflow-run-artifacts": f"{base}/artifactPath/verdict/matrix.html",
     }
 
 
 def shoot(chromium: str, url: str, out: Path, size: tuple[int, int], wait_ms: int) -> None:
     cmd = [
-        chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+        # SwiftShader (software WebGL): without it headless Chromium draws no metric charts.
+        chromium, "--headless=new", "--no-sandbox", "--use-angle=swiftshader",
+        "--enable-unsafe-swiftshader", "--hide-scrollbars",
         "--no-first-run", "--disable-dev-shm-usage", f"--window-size={size[0]},{size[1]}",
         f"--virtual-time-budget={wait_ms}", f"--screenshot={out}", url,
     ]  # fmt: skip

@@ -424,8 +424,8 @@ def chain_cmd(
     rows = []
     for p in result["pairs"]:
         text, style = CHAIN_STYLES.get(p["verdict"], (p["verdict"], "yellow"))
-        rows.append([p["query"], p["gallery"], p["kind"], output.Styled(text, style)])
-    output.print_table(("query", "gallery", "kind", "verdict"), rows, title="pairs")
+        rows.append([p["query"], p["gallery"], p["kind"], p["serve"], output.Styled(text, style)])
+    output.print_table(("query", "gallery", "kind", "served", "verdict"), rows, title="pairs")
     checks = [(p["query"], c) for p in result["pairs"] for c in p["checks"]]
     if checks:
         print_checks([c for _, c in checks], "checks", query=[q for q, _ in checks])

@@ -49,6 +49,8 @@ class Assembled:
     data_fingerprint: str
     upgraded: dict[str, np.ndarray] | None = None
     psi: dict[str, Any] | None = None
+    adapted: np.ndarray | None = None  # serve: query-adapter: the version's rows, mapped
+    serve: dict[str, Any] | None = None  # the served configuration and its map's provenance
 
 
 def registered_weights(rec: VersionRecord) -> str:
@@ -218,14 +220,20 @@ def upgraded_parent(
     embeddings: dict[str, np.ndarray],
 ) -> tuple[dict[str, np.ndarray] | None, dict[str, Any] | None]:
     """The parent's embeddings upgraded by the version's psi (``models/<version>/upgrade/``),
-    when a criterion uses ``forward``; else (None, None)."""
-    if not any(c.uses_forward for c in contract.criteria):
+    when a criterion uses ``forward`` or the contract serves by ``backfill`` (then by the map
+    its ``serve.map`` names, psi's folder or a :mod:`compat.maps` gallery map); else
+    (None, None)."""
+    if not any(c.uses_forward for c in contract.criteria) and contract.serve.mode != "backfill":
         return None, None
     from compat.models.upgrade import load_upgrade, upgrade_array, upgrade_folder
+    from compat.registry.serving import backfill_map_folder, gallery_map_rows
 
     new, parent = contract.version, contract.parent
     assert parent is not None
-    folder = upgrade_folder(paths.models, new)
+    folder = backfill_map_folder(contract, paths.models) or upgrade_folder(paths.models, new)
+    mapped = gallery_map_rows(contract, folder, embeddings)
+    if mapped is not None:
+        return mapped
     psi, card = load_upgrade(folder)
 
     def weights(name: str) -> str | None:
@@ -276,7 +284,15 @@ def assemble(
     check_paragon_split(contract, records, paragon)
     manifest, embeddings, data_fp = gather_embeddings(reg, list(records), paths, records)
     upgraded, psi = upgraded_parent(contract, records, paths, embeddings)
-    return Assembled(manifest, embeddings, data_fp, upgraded, psi)
+    from compat.registry.serving import adapted_rows
+
+    adapted, adapter = adapted_rows(contract, embeddings, paths.models)
+    serve: dict[str, Any] = {"mode": contract.serve.mode}
+    if adapter is not None:
+        serve = adapter
+    elif contract.serve.mode == "backfill" and psi is not None:
+        serve = {"mode": "backfill", **psi}
+    return Assembled(manifest, embeddings, data_fp, upgraded, psi, adapted, serve)
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from compat.errors import NotFoundError
-from compat.registry.record import checks_from_tags
+from compat.registry.record import checks_from_tags, serve_from_tags
 from compat.registry.store import Registry
 
 
@@ -50,6 +50,8 @@ def lineage(reg: Registry, version: str | None = None) -> dict[str, Any]:
                     "query": q,
                     "gallery": g,
                     "kind": "edge" if j == i + 1 else "transitive",
+                    # how the newer version was served against its parent's gallery
+                    "serve": serve_from_tags(tags) if j == i + 1 else "native",
                     "verdict": verdict,
                     "checks": checks,
                 }

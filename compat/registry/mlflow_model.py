@@ -3,9 +3,16 @@
 The folder keeps compat's own layout (``card.json``, ``weights.safetensors``,
 ``train_metrics.json`` at its root: what ``compat promote`` downloads) and is also an MLflow
 pyfunc model saved from code (:mod:`compat.registry.pyfunc_model`): ``MLmodel`` declares the
-input schema (uint8 images (-1, H, W, C)) and the output (float32 (-1, dim)), the pyfunc
+input schema (uint8 images (-1, H, W, C)) and the output (float32 (-1, dim)), checked by the
+model itself (a one-line error, never the array), the pyfunc
 artifacts ``weights`` and ``card`` are the root files themselves (no second copy of the
 weights), and ``code/compat`` holds the compat code that builds the architecture.
+
+A version whose contract serves it through a query adapter (``serve: query-adapter``, issue 27)
+carries the adapter in ``adapter/`` (its ``weights.safetensors`` and ``card.json``, pyfunc
+artifacts too): ``predict`` then returns old-space embeddings, what the stored gallery is
+searched with, and ``params={"space": "native"}`` the version's own. A serving team loads one
+artefact.
 """
 
 from __future__ import annotations
@@ -25,16 +32,22 @@ FILES = ("card.json", "weights.safetensors", "train_metrics.json")
 REQUIREMENTS = ("torch", "torchvision", "numpy", "safetensors", "pydantic", "pyyaml")
 
 
-def signature(card: ModelCard):
-    """uint8 images (-1, image_size, image_size, in_channels) -> float32 (-1, dim)."""
+def signature(card: ModelCard, served_dim: int | None = None):
+    """uint8 images (-1, image_size, image_size, in_channels) -> float32 (-1, dim); with a query
+    adapter, (-1, its out_dim) and a ``space`` parameter (``served`` or ``native``)."""
     import numpy as np
     from mlflow.models import ModelSignature
-    from mlflow.types.schema import Schema, TensorSpec
+    from mlflow.types.schema import ParamSchema, ParamSpec, Schema, TensorSpec
 
     shape = (-1, card.image_size, card.image_size, card.in_channels)
+    out = served_dim if served_dim is not None else card.dim
+    params = None
+    if served_dim is not None:
+        params = ParamSchema([ParamSpec("space", "string", "served")])
     return ModelSignature(
         inputs=Schema([TensorSpec(np.dtype(np.uint8), shape, "images")]),
-        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, card.dim), "embeddings")]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, out), "embeddings")]),
+        params=params,
     )
 
 
@@ -51,13 +64,24 @@ def requirements() -> list[str]:
     return out
 
 
-def build_model_folder(folder: Path, card: ModelCard, dst: Path) -> Path:
+def build_model_folder(
+    folder: Path, card: ModelCard, dst: Path, adapter: Path | None = None
+) -> Path:
     """Write the MLflow model of the version in ``folder`` (its card already read and checked)
-    to the new folder ``dst``; return ``dst``."""
+    to the new folder ``dst``, with the query adapter in ``adapter`` (a :mod:`compat.maps` map
+    folder, checked by :func:`check_adapter`) when the version is served through one; return
+    ``dst``."""
     import warnings
 
     import mlflow
     from mlflow.models import Model
+
+    artifacts = {"weights": str(folder / "weights.safetensors"), "card": str(folder / "card.json")}
+    served_dim = None
+    if adapter is not None:
+        served_dim = check_adapter(adapter, card)
+        artifacts["adapter_weights"] = str(adapter / "weights.safetensors")
+        artifacts["adapter_card"] = str(adapter / "card.json")
 
     with scratch_dir("code") as tmp, warnings.catch_warnings():
         # MLflow suggests an input example; the signature already says what goes in.
@@ -67,23 +91,27 @@ def build_model_folder(folder: Path, card: ModelCard, dst: Path) -> Path:
         mlflow.pyfunc.save_model(
             path=str(dst),
             python_model=str(CODE_FILE),
-            artifacts={
-                "weights": str(folder / "weights.safetensors"),
-                "card": str(folder / "card.json"),
-            },
+            artifacts=artifacts,
             code_paths=[str(code)],
-            signature=signature(card),
+            signature=signature(card, served_dim),
             pip_requirements=requirements(),
             metadata={"compat.version": card.version or "", "compat.dim": card.dim},
         )
     # The pyfunc artifacts move to the folder's root, where compat reads them too.
     model = Model.load(str(dst / "MLmodel"))
-    artifacts = model.flavors["python_function"]["artifacts"]
-    for info in artifacts.values():
+    for key, info in model.flavors["python_function"]["artifacts"].items():
         saved = dst / info["path"]
-        saved.replace(dst / saved.name)
-        info["path"] = saved.name
+        sub = "adapter/" if key.startswith("adapter_") else ""  # its own weights and card
+        (dst / sub).mkdir(exist_ok=True)
+        saved.replace(dst / sub / saved.name)
+        info["path"] = sub + saved.name
     shutil.rmtree(dst / "artifacts")
+    # The model checks its own input (pyfunc_model.py: one line naming the shape expected);
+    # MLflow's enforcement would print the whole array before its reason. MLflow skips it for
+    # a model that validates its input itself, which the MLmodel says with this flag; the
+    # schema is still declared, shown and served.
+    if model.signature is not None:
+        model.signature._is_signature_from_type_hint = True
     model.save(str(dst / "MLmodel"))
     for name in FILES[2:]:
         if (folder / name).is_file():
@@ -91,14 +119,41 @@ def build_model_folder(folder: Path, card: ModelCard, dst: Path) -> Path:
     return dst
 
 
-def log_model(reg: Registry, run_id: str, folder: Path, card: ModelCard) -> dict[str, str]:
-    """Log the version in ``folder`` as the run's ``model/`` artifact folder (an MLflow model);
-    return the sha256 of each file logged (relative path -> digest), code included."""
+def check_adapter(adapter: Path, card: ModelCard) -> int:
+    """The out_dim of the query adapter in ``adapter``, after checking it can serve the version
+    (BadInputError, exit 4, naming its card otherwise): a query adapter, reading the version's
+    width, not refused when it was fitted."""
+    from compat.errors import BadInputError
+    from compat.maps import load_map
+
+    fitted = load_map(adapter)  # the weights' sha256 checked against the card
+    where = adapter / "card.json"
+    if fitted.card.role != "query-adapter":
+        raise BadInputError(f"{where}: role: a {fitted.card.role} map, not a query adapter")
+    if fitted.in_dim != card.dim:
+        raise BadInputError(
+            f"{where}: in_dim: the adapter reads {fitted.in_dim}-dim rows, {card.version} makes "
+            f"{card.dim}-dim embeddings"
+        )
+    if fitted.refused is not None:
+        raise BadInputError(
+            f"{where}: refused: the adapter's held-out check refused it ({fitted.refused}); a "
+            "refused map is never served"
+        )
+    return fitted.out_dim
+
+
+def log_model(
+    reg: Registry, run_id: str, folder: Path, card: ModelCard, adapter: Path | None = None
+) -> dict[str, str]:
+    """Log the version in ``folder`` (and its query adapter, if served through one) as the run's
+    ``model/`` artifact folder (an MLflow model); return the sha256 of each file logged
+    (relative path -> digest), code included."""
     with scratch_dir("model") as tmp:
-        dst = build_model_folder(folder, card, Path(tmp) / "model")
+        dst = build_model_folder(folder, card, Path(tmp) / "model", adapter)
         digests = folder_digests(dst)
         reg.call("log_artifacts", run_id, str(dst), "model")
     return digests
 
 
-__all__ = ["build_model_folder", "log_model", "requirements", "signature"]
+__all__ = ["build_model_folder", "check_adapter", "log_model", "requirements", "signature"]

@@ -198,8 +198,11 @@ def promote(
         resamples=resamples,
         seed=seed,
         upgraded=facts.upgraded,
+        adapted=facts.adapted,
         rollback=served,
     )
+    if facts.serve is not None:
+        verdict.serve = facts.serve
     report = _report(reg, verdict, contract_path, against, dry_run)
     if is_rollback:
         report["rollback"] = {"from": against, "serve": served}
@@ -215,13 +218,17 @@ def promote(
     )
     if facts.psi is not None:
         report["upgrade"] = facts.psi
+    report["serve"] = verdict.serve
     blob = seal(report)
     outcome = Outcome(report=report, verdict=verdict, exit_code=0 if verdict.passed else 1)
     if dry_run:
         outcome.warnings += _drift_now(reg)
         return outcome
 
-    record_verdict(reg, rec, verdict, report, blob)
+    record_verdict(
+        reg, rec, verdict, report, blob,
+        evaluation=facts.manifest, evaluation_where=str(paths.eval_manifest),
+    )  # fmt: skip
     if verdict.passed:
         outcome.moved = _move_production(
             reg, rec, against, report, outcome, expect_unset, "rollback" if is_rollback else None

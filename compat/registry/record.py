@@ -1,11 +1,14 @@
 """What compat writes onto a registered version's MLflow run, so the registry tells the story.
 
 At ``compat register``: the training history, one point per epoch and metric
-(``train/<name>`` at step = epoch, from ``train_metrics.json``; :func:`log_training`).
-At ``compat promote`` (:func:`record_verdict`): status and per-criterion tags, a description
-for people (:mod:`compat.registry.describe`), the verdict as run metrics (every cell of the
-compatibility matrix, each check's new / baseline / difference / lower bound, each update
-gain; :func:`verdict_metrics`), the sealed JSON report under ``reports/``, and the evaluate
+(``train/<name>`` at step = epoch, from ``train_metrics.json``, timestamped when the epochs
+ran: :func:`log_training`, :func:`training_window`).
+At ``compat promote`` (:func:`record_verdict`): status and per-criterion tags and a description
+for people on the version (:mod:`compat.registry.describe`); on its run, the verdict in one
+paragraph as the run's description, the evaluation set as a dataset input, the verdict as
+tables and heatmaps under ``verdict/`` (:mod:`compat.registry.run_page`), a few verdict metrics
+(:func:`verdict_metrics`, named ``verdict/...`` so that MLflow's metric view, sorted by name,
+shows the training curves first), the sealed JSON report under ``reports/``, and the evaluate
 stage's plots and metrics (heatmaps, CMC, backfill curves) under ``plots/`` and ``metrics/``.
 """
 
@@ -15,12 +18,20 @@ import hashlib
 import json
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from compat.contracts.gate import CHECK_FIELDS, Verdict
 from compat.io import scratch_dir, storage_errors
 from compat.registry.describe import describe
+from compat.registry.run_page import (
+    evaluation_dataset,
+    log_dataset,
+    log_verdict_pages,
+    set_note,
+    verdict_paragraph,
+)
 from compat.registry.store import Registry, VersionRecord, tag_key
 
 BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
@@ -46,6 +57,7 @@ def metric_key(*parts: str) -> str:
 
 CHECKS_TAG = "compat.checks"
 GAINS_TAG = "compat.gains"
+SERVE_TAG = "compat.serve"  # how the version was gated against its parent's gallery
 MAX_TAG_VALUE = 100_000  # MLflow's limit on a model version tag's value
 
 
@@ -59,6 +71,8 @@ def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
         "compat.verdict.at": when,
         "compat.verdict.kind": "rollback" if verdict.rollback else "promotion",
     }
+    if verdict.serve.get("mode", "native") != "native":
+        tags[SERVE_TAG] = serve_text(verdict.serve)
     checks = json.dumps(verdict.checks(), sort_keys=True, separators=(",", ":"), allow_nan=False)
     if len(checks) <= MAX_TAG_VALUE:  # else show/chain fall back to the per-check tags
         tags[CHECKS_TAG] = checks
@@ -79,6 +93,22 @@ def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
             flag = "" if first.get("meaningful") else " (not meaningful)"
             tags[f"compat.gain.{p}"] = f"{first['value']:.4f}{flag}"
     return tags
+
+
+def serve_text(serve: dict[str, Any]) -> str:
+    """A served configuration in one line: ``query-adapter procrustes maps/x sha256 1a2b3c4d5e6f``."""
+    parts = [serve.get("mode", "native")]
+    for key in ("kind", "path"):
+        if serve.get(key):
+            parts.append(str(serve[key]))
+    if serve.get("weights_sha256"):
+        parts.append(f"sha256 {str(serve['weights_sha256'])[:12]}")
+    return " ".join(parts)
+
+
+def serve_from_tags(tags: dict[str, str]) -> str:
+    """What ``compat chain`` shows of a version's served configuration (``native`` untagged)."""
+    return tags.get(SERVE_TAG) or "native"
 
 
 def _json_tag(tags: dict[str, str], key: str) -> Any:
@@ -161,48 +191,33 @@ def _forward(require: str) -> tuple[str, ...]:
 
 
 def verdict_metrics(verdict: Verdict) -> dict[str, float]:
-    """The verdict as MLflow metrics (undefined values are left out):
+    """The verdict as a few MLflow metrics, under ``verdict/`` so that MLflow's metric view
+    (sections sorted by name) shows the training curves (``train/``) first:
 
-    - ``matrix/<protocol>/<metric>/<query>_on_<gallery>``: every cell M(query, gallery) judged;
-    - ``check/<gallery>/<protocol>/<metric>[/forward]/{new,baseline,difference,lower_bound,
-      passed}``: each criterion (``passed`` is 1 or 0);
-    - ``gain/<protocol>/<metric>``: the update gain against the paragon (BCT Eq. 9), and
-      ``gain/<protocol>/<metric>/meaningful`` (1 or 0: 0 when a check of the pair failed or the
-      paragon is weaker than the version);
-    - ``gate/passed``: 1 or 0.
+    - ``verdict/passed``: 1 or 0;
+    - ``verdict/checks_failed``: how many checks failed (when there were checks);
+    - ``verdict/gain/<protocol>/<metric>``: each meaningful update gain against the paragon
+      (BCT Eq. 9: every check of the pair passed, the paragon not weaker than the version);
+      a gain that means nothing is never a bare number here.
+
+    Every cell, check and gain, meaningful or not, is in the run's tables (``verdict/``,
+    :mod:`compat.registry.run_page`) and in the JSON report.
     """
-    out: dict[str, float] = {"gate/passed": float(verdict.passed)}
-    for protocol, per_metric in verdict.matrix.items():
-        for metric, rows in per_metric.items():
-            for query, cols in rows.items():
-                for gallery, value in cols.items():
-                    if value is not None:
-                        key = metric_key("matrix", protocol, metric, f"{query}_on_{gallery}")
-                        out[key] = float(value)
-    for r in verdict.results:
-        base = ("check", r.gallery, r.protocol, r.metric, *_forward(r.require))
-        values = {
-            "new": r.lhs_value,
-            "baseline": r.rhs_value,
-            "difference": r.difference,
-            "lower_bound": r.lower_bound,
-            "passed": float(r.passed),
-        }
-        out.update({metric_key(*base, k): float(v) for k, v in values.items() if v is not None})
+    out: dict[str, float] = {"verdict/passed": float(verdict.passed)}
+    if verdict.results:
+        out["verdict/checks_failed"] = float(len(verdict.failed()))
     for protocol, per_metric in verdict.gain.items():
         for metric, gain in per_metric.items():
-            if gain.get("value") is not None:
-                out[metric_key("gain", protocol, metric)] = float(gain["value"])
-                out[metric_key("gain", protocol, metric, "meaningful")] = float(
-                    bool(gain.get("meaningful"))
-                )
+            if gain.get("value") is not None and gain.get("meaningful"):
+                out[metric_key("verdict", "gain", protocol, metric)] = float(gain["value"])
     return out
 
 
-def training_history(path: Path) -> list[tuple[str, float, int, int]]:
+def training_history(path: Path, end_ms: int | None = None) -> list[tuple[str, float, int, int]]:
     """(key, value, timestamp ms, step) per epoch and number of a ``train_metrics.json``
     (``{"epochs": [rows], "summary": {...}}``, :mod:`compat.train.progress`): ``train/<name>``
-    at step = epoch, timestamped as if the epochs ended now, one after the other; the summary's
+    at step = epoch, timestamped as the epochs ran, one after the other, the last one ending
+    at ``end_ms`` (when training ended, :func:`training_window`; default now); the summary's
     totals (``seconds_total``, ``images_per_s_mean``) at the last epoch. A file with only a
     summary (an older layout) gives its numbers at step 0; a missing or unreadable file, none.
     """
@@ -217,7 +232,7 @@ def training_history(path: Path) -> list[tuple[str, float, int, int]]:
     rows = [r for r in data.get("epochs", []) if isinstance(r, dict)]
     summary = data.get("summary", {} if rows else data)
     summary = summary if isinstance(summary, dict) else {}
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if end_ms is None else end_ms
     seconds = [float(r.get("seconds", 0) or 0) for r in rows]
     start = now - int(1000 * sum(seconds))
     out: list[tuple[str, float, int, int]] = []
@@ -234,9 +249,24 @@ def training_history(path: Path) -> list[tuple[str, float, int, int]]:
     logged = {k for k, *_ in out}
     for k, v in summary.items():
         key = metric_key("train", k)
-        if _number(v) and key not in logged:
+        if k != "epoch" and _number(v) and key not in logged:
             out.append((key, float(v), now, last))
     return out
+
+
+def training_window(card: Any) -> tuple[int, int] | None:
+    """(start, end) of a trained version's training, in ms since the epoch, from its card:
+    ``created_at`` (written when training ended) less ``wall_seconds`` (else
+    ``training_seconds``); None when the card does not say."""
+    created = getattr(card, "created_at", None)
+    took = getattr(card, "wall_seconds", None) or getattr(card, "training_seconds", None)
+    if not created or took is None:
+        return None
+    try:
+        end = int(datetime.fromisoformat(str(created)).timestamp() * 1000)
+    except ValueError:
+        return None
+    return end - int(1000 * float(took)), end
 
 
 def _number(v: Any) -> bool:
@@ -252,9 +282,10 @@ def log_metrics(reg: Registry, run_id: str, points: list[tuple[str, float, int, 
         reg.call("log_batch", run_id, metrics=metrics[i : i + BATCH])
 
 
-def log_training(reg: Registry, run_id: str, folder: Path) -> None:
-    """The training history of ``folder/train_metrics.json`` as run metrics with steps."""
-    log_metrics(reg, run_id, training_history(folder / "train_metrics.json"))
+def log_training(reg: Registry, run_id: str, folder: Path, end_ms: int | None = None) -> None:
+    """The training history of ``folder/train_metrics.json`` as run metrics with steps, the
+    last epoch ending at ``end_ms`` (default now)."""
+    log_metrics(reg, run_id, training_history(folder / "train_metrics.json", end_ms))
 
 
 def evaluation_files(version: str, plots: Path, metrics: Path) -> dict[str, list[Path]]:
@@ -276,6 +307,19 @@ def evaluation_files(version: str, plots: Path, metrics: Path) -> dict[str, list
     return out
 
 
+def evaluated_matrix(version: str, metrics: Path) -> dict[str, Any] | None:
+    """The matrix of ``metrics/compat.json`` (every protocol the evaluate stage ran, open-set
+    and verification included) when it evaluated ``version``'s queries; else None, so another
+    chain's numbers never land on this version's run."""
+    if not evaluation_files(version, Path("plots"), metrics):
+        return None
+    try:
+        matrix = json.loads((metrics / "compat.json").read_text(encoding="utf-8")).get("matrix")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return matrix if isinstance(matrix, dict) else None
+
+
 def record_verdict(
     reg: Registry,
     rec: VersionRecord,
@@ -284,13 +328,21 @@ def record_verdict(
     blob: bytes,
     plots: Path = Path("plots"),
     metrics: Path = Path("metrics"),
+    evaluation: Any = None,
+    evaluation_where: str = "splits/eval.json",
 ) -> None:
-    """Tags, description, verdict metrics, the JSON report (``blob``) and the evaluation's
-    plots and metrics on the registered version and its run."""
+    """Tags and description on the registered version; on its run, the verdict in one
+    paragraph (the run's description), the evaluation set the gate judged on (``evaluation``:
+    its manifest, when there was one) as a dataset input, the verdict's metrics, tables and
+    heatmaps, the JSON report (``blob``) and the evaluation's plots and metrics."""
     reg.set_tags(rec, verdict_tags(verdict, report["when"]))
     reg.set_description(rec, describe(verdict, report.get("against")))
     if not rec.run_id:
         return
+    set_note(reg, rec.run_id, verdict_paragraph(verdict, report.get("against")))
+    if evaluation is not None:
+        dataset = evaluation_dataset(evaluation, evaluation_where, report.get("data_fingerprint"))
+        log_dataset(reg, rec.run_id, dataset)
     now = int(time.time() * 1000)
     log_metrics(reg, rec.run_id, [(k, v, now, 0) for k, v in verdict_metrics(verdict).items()])
     with scratch_dir("report") as tmp:
@@ -298,6 +350,8 @@ def record_verdict(
         with storage_errors(path, need=len(blob)):  # a full TMPDIR: one line, exit 5
             path.write_bytes(blob)
         reg.call("log_artifact", rec.run_id, str(path), "reports")
+    evaluated = evaluated_matrix(rec.name, metrics)
+    log_verdict_pages(reg, rec.run_id, verdict, report.get("against"), evaluated)
     for folder, files in evaluation_files(rec.name, plots, metrics).items():
         for f in files:
             reg.call("log_artifact", rec.run_id, str(f), folder)
@@ -308,6 +362,7 @@ __all__ = [
     "GAINS_TAG",
     "checks_from_tags",
     "describe",
+    "evaluated_matrix",
     "evaluation_files",
     "gains_from_tags",
     "log_training",
@@ -316,6 +371,7 @@ __all__ = [
     "recorded_check",
     "seal",
     "training_history",
+    "training_window",
     "verdict_metrics",
     "verdict_tags",
 ]

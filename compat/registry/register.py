@@ -5,8 +5,10 @@ card.json, train_metrics.json) or, for teams that train elsewhere, from an embed
 the evaluation set (``--embeddings``), with the facts a card would hold taken from the contract.
 Artifacts are plain files (safetensors, JSON, YAML, npz): nothing is pickled. A trained
 version's ``model/`` folder is also an MLflow model loaded from code (mlflow_model.py); the
-sha256 of each of its files is recorded in the version's tags (integrity.py). Registrations take
-the promotion lock, so one name is never registered twice.
+sha256 of each of its files is recorded in the version's tags (integrity.py). The run is the
+training's: named by the version, started and ended when training did, its curves per epoch,
+its training data as a dataset input and a description (run_page.py). Registrations take the
+promotion lock, so one name is never registered twice.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from compat.io import make_scratch_dir, sha256_file
 from compat.models.card import EmbeddingsCard, ModelCard, read_model_card
 from compat.registry.integrity import FILES_TAG, files_tag
 from compat.registry.mlflow_model import log_model
-from compat.registry.record import log_training
+from compat.registry.record import log_training, training_window
+from compat.registry.run_page import NOTE_TAG, log_dataset, registration_note, training_dataset
 from compat.registry.store import VERSION_TAG, Registry, VersionRecord, check_version_name
 
 
@@ -146,6 +149,19 @@ def _register(
         return _create(reg, version, models_dir, card, files, kind), True
 
 
+def served_adapter(contracts: list[Path], version: str, models_dir: Path) -> Path | None:
+    """The query adapter's folder when the version's contract serves it through one (its
+    MLflow model then returns old-space embeddings); else None."""
+    if not contracts:
+        return None
+    from compat.contracts.schema import load_contract
+
+    contract = load_contract(contracts[0])
+    if contract.serve.mode != "query-adapter" or contract.parent is None:
+        return None
+    return Path(contract.serve.map_folder(version, contract.parent, models_dir) or "")
+
+
 def _already_registered(existing: VersionRecord, card: ModelCard | EmbeddingsCard) -> VersionRecord:
     """The registered version, if it holds the same weights (a no-op); else BadInputError."""
     if existing.tags.get("compat.weights_sha256") == card.weights_sha256:
@@ -167,18 +183,29 @@ def _create(
 ) -> VersionRecord:
     """Log the version's run and create its MLflow model version (under the registration lock)."""
     digests: dict[str, str] | None = None
-    run = reg.call("create_run", reg.experiment_id, run_name=version, tags={VERSION_TAG: version})
+    # The run is the training: named by compat's version name, started and ended when training
+    # did (from the card), described in words; the registration's own seconds are not its story.
+    window = training_window(card) if kind == "model" else None
+    run = reg.call(
+        "create_run",
+        reg.experiment_id,
+        start_time=window[0] if window else None,
+        run_name=version,
+        tags={VERSION_TAG: version, NOTE_TAG: registration_note(version, card, kind)},
+    )
     run_id = run.info.run_id
     try:
         for key, value in _flat_params(card).items():
             reg.call("log_param", run_id, key, value)
         if kind == "model":
-            log_training(reg, run_id, Path(models_dir) / version)
-            digests = log_model(reg, run_id, Path(models_dir) / version, card)
+            log_dataset(reg, run_id, training_dataset(card))
+            log_training(reg, run_id, Path(models_dir) / version, window[1] if window else None)
+            adapter = served_adapter(files.get("contract", []), version, models_dir)
+            digests = log_model(reg, run_id, Path(models_dir) / version, card, adapter)
         for subdir, paths in files.items():
             for path in paths:
                 reg.call("log_artifact", run_id, str(path), subdir)
-        reg.call("set_terminated", run_id)
+        reg.call("set_terminated", run_id, end_time=window[1] if window else None)
     except Exception:
         reg.call("set_terminated", run_id, status="FAILED")
         raise

@@ -27,7 +27,7 @@ def test_defaults_and_versions():
         ({"chain": ["v1"], "paragon": {"v1": "v1"}}, "its own paragon"),
         ({"chain": ["v1"], "far": [0.0]}, "strictly between"),
         ({"chain": ["v1"], "bootstrap": -1}, "greater than or equal"),
-        ({"chain": ["v1"], "top_k": [0]}, ">= 1"),
+        ({"chain": ["v1"], "top_k": [0]}, "must lie in 1 .. 1,000,000"),
     ],
 )
 def test_invalid_sections_are_errors(data, message):

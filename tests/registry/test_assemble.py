@@ -92,9 +92,12 @@ def _psi_project(tmp_path: Path) -> tuple[A.Paths, dict[str, VersionRecord]]:
 
 
 def _contract(forward: bool = True, parent: str = "v1"):
+    from compat.contracts.schema import Serve
+
     return SimpleNamespace(
-        version="v2", parent=parent, criteria=[SimpleNamespace(uses_forward=forward)]
-    )
+        version="v2", parent=parent, criteria=[SimpleNamespace(uses_forward=forward)],
+        serve=Serve(),
+    )  # fmt: skip
 
 
 def test_upgraded_parent_checks_psi_then_upgrades(tmp_path):

@@ -28,6 +28,7 @@ def contract(version: str) -> str:
     return f"version: {version}\nembedding_dim: {DIM}\nhead: cosface\n"
 
 
+TRAINED_AT = "2026-01-02T03:04:05+00:00"  # when the tiny training ended (its card says)
 ROWS = [
     {"epoch": 1, "loss": 2.0, "loss_head": 1.5, "lr": 0.1, "seconds": 3.0, "images_per_s": 10.0},
     {"epoch": 2, "loss": 1.0, "loss_head": 0.8, "lr": 0.05, "seconds": 2.0, "images_per_s": 12.0},
@@ -44,6 +45,8 @@ def _train_tiny(root: Path) -> Path:
         "version": "v1", "backbone": "tiny", "pooling": "avg", "dim": DIM, "in_channels": 3,
         "image_size": 16, "head": "cosface", "head_params": {"s": 16.0, "m": 0.2},
         "num_classes": 3, "classes": ["a", "b", "c"], "method": "independent",
+        "created_at": TRAINED_AT, "wall_seconds": 6.5, "num_images": 24,
+        "data": {"split": "v1", "train_fingerprint": "abcdef0123456789"},
     }  # fmt: skip
     folder = root / "models" / "v1"
     save_version(folder, model.eval(), create_head("cosface", DIM, 3, s=16.0, m=0.2), card)
@@ -143,3 +146,113 @@ def test_training_history_is_logged_per_epoch(production):
     assert stamps[0] < stamps[1] < stamps[2]  # epochs end one after the other
     assert [m.step for m in client.get_metric_history(run_id, "train/seconds_total")] == [3]
     assert "train/lr" in client.get_run(run_id).data.metrics
+
+
+def test_the_run_is_the_training_named_dated_and_described(production):
+    """The run is named by compat's version, starts and ends when training did (the card's
+    created_at less its wall seconds, not the registration), its epochs end by then, its
+    training data is a dataset input and its description is written in words."""
+    from datetime import datetime
+
+    _, reg = production
+    run = reg.client.get_run(reg.get("v1").run_id)
+    assert run.info.run_name == "v1"
+    end = int(datetime.fromisoformat(TRAINED_AT).timestamp() * 1000)
+    assert (run.info.start_time, run.info.end_time) == (end - 6500, end)
+    stamps = [m.timestamp for m in reg.client.get_metric_history(run.info.run_id, "train/loss")]
+    assert max(stamps) == end and min(stamps) == end - 3000  # epochs of 3, 2 and 1 s
+    (data,) = run.inputs.dataset_inputs
+    assert (data.dataset.name, data.dataset.digest) == ("train:v1", "abcdef0123456789")
+    assert json.loads(data.dataset.profile) == {"classes": 3, "images": 24, "split": "v1"}
+    assert [(t.key, t.value) for t in data.tags] == [("mlflow.data.context", "training")]
+    # promoted as the first version (no parent): the note is the verdict, in one paragraph
+    note = run.data.tags["mlflow.note.content"]
+    assert note.startswith("v1 has no parent") and "\n" not in note
+
+
+def test_a_wrong_shape_is_one_line_naming_the_expected_shape(production):
+    import mlflow
+
+    _, reg = production
+    _use(reg)
+    loaded = mlflow.pyfunc.load_model("models:/compat@production")
+    for bad, got in [
+        (np.zeros((4, 3, 16, 16), np.uint8), "input has shape (4, 3, 16, 16) and dtype uint8"),
+        (np.zeros((2, 16, 16, 3), np.float32), "input has shape (2, 16, 16, 3) and dtype float32"),
+        (np.zeros((16, 16, 3), np.uint8), "input has shape (16, 16, 3) and dtype uint8"),
+    ]:
+        with pytest.raises(mlflow.exceptions.MlflowException) as err:
+            loaded.predict(bad)
+        message = err.value.message
+        assert "\n" not in message and len(message) < 200, message
+        assert (
+            message.startswith(got) and "expected uint8 images of shape (N, 16, 16, 3)" in message
+        )
+    with pytest.raises(mlflow.exceptions.MlflowException, match="channels first"):
+        loaded.predict(np.zeros((4, 3, 16, 16), np.uint8))
+    # the declared schema is still there, for people and for serving
+    assert loaded.metadata.get_input_schema().inputs[0].shape == (-1, 16, 16, 3)
+
+
+def test_read_only_images_embed_without_a_warning(production):
+    import warnings
+
+    import mlflow
+
+    root, reg = production
+    _use(reg)
+    loaded = mlflow.pyfunc.load_model("models:/compat@production")
+    images = np.random.default_rng(1).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
+    images.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any UserWarning fails the test
+        got = loaded.predict(images)
+    model, _ = load_version(root / "models" / "v1")
+    np.testing.assert_allclose(got, embed_images(model, images.copy()), rtol=0, atol=1e-6)
+    # JSON-like integer pixels (mlflow models serve) embed as the same uint8 images
+    np.testing.assert_allclose(loaded.predict(images.astype(np.int64)), got, rtol=0, atol=0)
+
+
+def test_a_version_served_through_a_query_adapter_returns_old_space_embeddings(
+    tmp_path, registry_template
+):
+    """Issue 27 item 5: the registered MLflow model of a version whose contract says
+    ``serve: query-adapter`` carries the adapter and returns what the stored gallery is searched
+    with (its ``space`` parameter: ``native`` for the version's own); a serving team loads one
+    artefact. Here v1 (dim 16) is served through an adapter into a 12-dim old space."""
+    import mlflow
+
+    from compat.maps import fit_map, load_map, save_map
+    from tests.maps.conftest import drifted_pairs
+
+    root = tmp_path
+    shutil.copytree(registry_template, root / "registry")
+    _train_tiny(root)
+    (root / "contracts").mkdir()
+    (root / "contracts" / "v1.yaml").write_text(
+        contract("v1") + "parent: v0\nserve: query-adapter\n"
+        "criteria: [{protocol: identification, metric: top1}]\n"
+    )
+    new, old, labels, _ = drifted_pairs(n=900, d_new=DIM, d_old=12)
+    save_map(root / "maps" / "v1-to-v0", fit_map("procrustes", new, old, labels=list(labels)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        r = runner.invoke(app, ["register", "v1"])
+        assert r.exit_code == 0, r.output
+    store = root / "registry"
+    reg = Registry(uri=f"sqlite:///{store.resolve() / 'mlflow.db'}", root=store)
+    _use(reg)
+    loaded = mlflow.pyfunc.load_model(f"models:/compat/{reg.get('v1').mlflow_version}")
+    (out,) = loaded.metadata.get_output_schema().inputs
+    assert out.shape == (-1, 12)
+    images = np.random.default_rng(0).integers(0, 256, (5, 16, 16, 3), dtype=np.uint8)
+    model, _ = load_version(root / "models" / "v1")
+    native = embed_images(model, images)
+    adapter = load_map(root / "maps" / "v1-to-v0")
+    np.testing.assert_allclose(loaded.predict(images), adapter.apply(native), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        loaded.predict(images, params={"space": "native"}), native, rtol=0, atol=1e-6
+    )
+    with pytest.raises(mlflow.exceptions.MlflowException, match="space 'both'"):
+        loaded.predict(images, params={"space": "both"})

@@ -130,28 +130,27 @@ def test_metric_keys_are_valid_mlflow_names():
         "matrix/verification/tar_at_far_0.1/v2_on_psi-v1"
     )
     assert metric_key("gain", "identification", "mAP@100") == "gain/identification/mAP_at_100"
-    for key in verdict_metrics(_verdict()):
+    v = _verdict()
+    v.gain["verification"] = {"tar@far=0.1": {"value": 0.3, "meaningful": True}}
+    for key in verdict_metrics(v):
         _validate_metric_name(key)
 
 
-def test_verdict_metrics_hold_cells_checks_and_gains():
+def test_verdict_metrics_are_few_and_sort_after_the_training_curves():
+    """Cells and checks are tables (run_page), not one-bar charts; a gain is a metric only when
+    it is meaningful; every key sorts after ``train/`` in MLflow's metric view."""
     v = _verdict()
     v.matrix = {"identification": {"top1": {"v2": {"v1": 0.5, "psi(v1)": None}, "v1": {"v1": 0.4}}}}
+    assert verdict_metrics(v) == {"verdict/passed": 0.0, "verdict/checks_failed": 1.0}
+    v.gain["identification"]["top1"]["meaningful"] = True
+    v.gain["verification"] = {"tar@far=0.1": {"value": None, "meaningful": False}}
     got = verdict_metrics(v)
     assert got == {
-        "gate/passed": 0.0,
-        "matrix/identification/top1/v2_on_v1": 0.5,
-        "matrix/identification/top1/v1_on_v1": 0.4,
-        "check/v1/identification/top1/new": 0.5,
-        "check/v1/identification/top1/baseline": 0.4,
-        "check/v1/identification/top1/difference": 0.1,
-        "check/v1/identification/top1/lower_bound": 0.05,
-        "check/v1/identification/top1/passed": 1.0,
-        "check/v1/identification/top1/forward/baseline": 0.4,
-        "check/v1/identification/top1/forward/passed": 0.0,
-        "gain/identification/top1": 0.25,
-        "gain/identification/top1/meaningful": 0.0,
+        "verdict/passed": 0.0,
+        "verdict/checks_failed": 1.0,
+        "verdict/gain/identification/top1": 0.25,
     }
+    assert all(k > "train/~" for k in got)
 
 
 def test_gains_read_back_from_tags_written_before_compat_gains():
