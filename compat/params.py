@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 PARAMS_FILE = "params.yaml"
 # The top-level sections of a pipeline's params.yaml, one per stage (the fields of Params;
 # tests/test_params.py checks they agree).
-PARAMS_SECTIONS = ("data", "split", "train", "upgrade", "evaluate")
+PARAMS_SECTIONS = ("data", "split", "train", "upgrade", "adapt", "evaluate")
 
 __all__ = [
     "PARAMS_FILE",
@@ -46,6 +46,7 @@ def _params_model() -> type[BaseModel]:
     from compat.data.config import DataParams, EmbeddedData
     from compat.data.split import SplitParams
     from compat.evaluate.config import EvaluateConfig
+    from compat.maps.adapt_config import AdaptConfig
     from compat.names import Name
     from compat.train.config import TrainConfig
     from compat.train.upgrade_config import UpgradeConfig
@@ -59,6 +60,7 @@ def _params_model() -> type[BaseModel]:
         split: SplitParams = Field(default_factory=SplitParams)
         train: dict[Name, TrainConfig] = Field(default_factory=dict)
         upgrade: dict[Name, UpgradeConfig] = Field(default_factory=dict)
+        adapt: dict[Name, AdaptConfig] = Field(default_factory=dict)
         evaluate: EvaluateConfig | None = None
 
     return Params
@@ -67,7 +69,7 @@ def _params_model() -> type[BaseModel]:
 def load_params(path: str | os.PathLike[str] = PARAMS_FILE) -> Any:
     """Validate the whole params file (every section; an unknown section is an error).
 
-    An empty file is an error (BadInputError), never "all defaults". Returns a ``Params`` model: ``.data``, ``.split``, ``.train``, ``.upgrade``, ``.evaluate``.
+    An empty file is an error (BadInputError), never "all defaults". Returns a ``Params`` model: ``.data``, ``.split``, ``.train``, ``.upgrade``, ``.adapt``, ``.evaluate``.
     """
     from pydantic import ValidationError
 

@@ -58,6 +58,47 @@ def test_evaluate_stage_depends_on_every_evaluated_version(pipeline):
 
 
 @pipelines
+def test_adapt_stage_and_evaluate_name_the_maps_of_the_adapt_section(pipeline):
+    """One ``adapt`` stage fits every map of params.yaml ``adapt``: its outs are the maps'
+    folders, its deps every version a map joins; ``evaluate-adapters`` depends on every map of
+    ``evaluate.adapters`` and every version its cells read (the maps' and BCT's, for the
+    recovery)."""
+    folder, up = PIPELINES[pipeline]
+    params = load_params(folder / "params.yaml")
+    stages = yaml.safe_load((folder / "dvc.yaml").read_text())["stages"]
+    if not params.adapt:
+        assert "adapt" not in stages
+        return
+    stage = stages["adapt"]
+    assert stage["cmd"].split()[:2] == ["python", f"{up}stages/adapt.py"]
+    assert stage["params"] == ["adapt"]
+    assert stage["outs"] == [f"maps/{name}" for name in params.adapt]
+    joined = {v for cfg in params.adapt.values() for v in (cfg.new, cfg.old)}
+    models = {d for d in stage["deps"] if d.startswith("models/")}
+    assert models == {
+        f"models/{v}/{f}" for v in joined for f in ("card.json", "weights.safetensors")
+    }
+    assert stage["metrics"] == [{"metrics/adapters.json": {"cache": False}}]
+    if not params.evaluate.adapters:
+        assert "evaluate-adapters" not in stages
+        return
+    adapted = stages["evaluate-adapters"]
+    assert adapted["cmd"].split()[:2] == ["python", f"{up}stages/evaluate_adapters.py"]
+    assert adapted["params"] == ["evaluate"]
+    assert adapted["outs"] == [{"metrics/adapted.json": {"cache": False}}]
+    for name, path in params.evaluate.adapters.items():
+        assert path == f"maps/{name}" and name in params.adapt
+        assert path in adapted["deps"]
+    weights = {d.split("/")[1] for d in adapted["deps"] if d.endswith("/weights.safetensors")}
+    bct_of = {p: v for v, p in params.evaluate.paragon.items()}
+    needed = set()
+    for name in params.evaluate.adapters:
+        cfg = params.adapt[name]
+        needed |= {cfg.new, cfg.old} | ({bct_of[cfg.new]} if cfg.new in bct_of else set())
+    assert weights == needed
+
+
+@pipelines
 def test_no_stage_writes_to_the_registry(pipeline):
     folder, _ = PIPELINES[pipeline]
     stages = yaml.safe_load((folder / "dvc.yaml").read_text())["stages"]

@@ -256,34 +256,11 @@ def adapt(
 
 
 def _version_pairs(new_version, old_version, split, manifest, folder, models, cache, device):
-    from compat.errors import BadInputError
-    from compat.maps.pairs import Pairs
-    from compat.maps.versions import embed_version, open_items
-    from compat.models.card import read_model_card
+    from compat.maps.versions import version_pairs
 
-    cards = {v: read_model_card(models / v) for v in (new_version, old_version)}
-    a, b = cards[new_version], cards[old_version]
-    if (a.image_size, a.in_channels) != (b.image_size, b.in_channels):
-        raise BadInputError(
-            f"{models / old_version / 'card.json'}: image_size/in_channels: {old_version} takes "
-            f"{b.image_size} px x {b.in_channels}, {new_version} {a.image_size} px x "
-            f"{a.in_channels}; the pairs must embed the same images"
-        )
-    with open_items(
-        split=split, manifest=manifest, folder=folder, image_size=a.image_size,
-        channels=a.in_channels,
-    ) as items:  # fmt: skip
-        got = {
-            v: embed_version(v, items, models_dir=models, cache_root=cache, device=device)
-            for v in (new_version, old_version)
-        }
-    info = {
-        v: {"version": v, "weights_sha256": cards[v].weights_sha256, "items": items.name,
-            "fingerprint": items.fingerprint} for v in cards
-    }  # fmt: skip
-    return Pairs(
-        got[new_version].embeddings, got[old_version].embeddings, list(items.ids),
-        list(items.labels), info[new_version], info[old_version],
+    return version_pairs(
+        new_version, old_version, split=split, manifest=manifest, folder=folder,
+        models_dir=models, cache_root=cache, device=device,
     )  # fmt: skip
 
 

@@ -9,6 +9,7 @@ Example::
       bootstrap: 1000
       seed: 0
       forward: {v2: models/v2/upgrade}   # optional: M(new, psi(old)) and partial backfill
+      adapters: {v3-paragon-to-v1: maps/v3-paragon-to-v1}   # optional: M(adapt(new), old)
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ class EvaluateConfig(BaseModel):
         default_factory=dict,
         description="version -> folder of its upgrade module psi (e.g. models/v2/upgrade): "
         "also report M(new, psi(old)) and the partial-backfill curve (compat.evaluate.forward)",
+    )
+    adapters: dict[Name, str] = Field(
+        default_factory=dict,
+        description="map name -> folder of a query adapter (compat.maps, e.g. "
+        "maps/v3-paragon-to-v1): also report M(adapt(new), old) beside M(new, old), M(old, old) "
+        "and M(new, new) (the evaluate-adapters stage, compat.evaluate.adapted, "
+        "metrics/adapted.json)",
     )
     backfill_fractions: list[float] = Field(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],

@@ -63,13 +63,47 @@ def run_evaluation(
                 paragon_data=train_data_of(paragon),
                 where=f"evaluate.paragon.{version}",
             )
-    manifest_fp = getattr(manifest, "fingerprint", None) or fingerprint(list(manifest.items))
-    data_fp = data_fingerprint(source_fingerprint, manifest_fp)
     versions = config.versions()
     for folder in (config.forward or {}).values():
         source = read_upgrade_card(folder).from_
         if source not in versions:
             versions.append(source)
+    embeddings, weights, data_fp = embed_all(
+        versions, manifest, load_images, source_fingerprint, load_model, cache_root,
+        weights_of=weights_of, batch_size=config.batch_size, device=config.device, report=report,
+    )  # fmt: skip
+    modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
+    result = evaluate_chain(manifest, embeddings, config, dim_mismatch=modes, progress=report)
+    result["data_fingerprint"] = data_fp
+    if config.forward:
+        from compat.evaluate.forward import evaluate_forward
+
+        upgraded, psi_info = upgraded_embeddings(config.forward, embeddings, weights)
+        result["forward"] = evaluate_forward(manifest, embeddings, upgraded, config)
+        for new, info in psi_info.items():
+            result["forward"][new]["psi"] = info
+    return result
+
+
+def embed_all(
+    versions: list[str],
+    manifest: EvalSetLike,
+    load_images: LoadImages,
+    source_fingerprint: str,
+    load_model: LoadModel,
+    cache_root: str | os.PathLike[str],
+    *,
+    weights_of: WeightsOf | None = None,
+    batch_size: int = 512,
+    device: str | None = None,
+    report: Callable[[str], None] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
+    """Every version's embeddings of the manifest through the cache, one model in memory at a
+    time: (embeddings, weights sha256, data fingerprint) by version. With ``weights_of`` a
+    version's model loads only on a cache miss; without it each model is loaded to read its
+    card's digest."""
+    manifest_fp = getattr(manifest, "fingerprint", None) or fingerprint(list(manifest.items))
+    data_fp = data_fingerprint(source_fingerprint, manifest_fp)
     cache = EmbeddingCache(cache_root)
     codes = label_codes(manifest.labels)
     held: dict[str, Any] = {}  # a model loaded to read its card, kept for a cache miss
@@ -91,21 +125,11 @@ def run_evaluation(
         embeddings.update(
             embed_versions(
                 {version: weights[version]}, manifest, codes, load_images, data_fp, model_of,
-                cache, batch_size=config.batch_size, device=config.device, report=report,
+                cache, batch_size=batch_size, device=device, report=report,
             )
         )  # fmt: skip
         held.pop(version, None)
-    modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
-    result = evaluate_chain(manifest, embeddings, config, dim_mismatch=modes, progress=report)
-    result["data_fingerprint"] = data_fp
-    if config.forward:
-        from compat.evaluate.forward import evaluate_forward
-
-        upgraded, psi_info = upgraded_embeddings(config.forward, embeddings, weights)
-        result["forward"] = evaluate_forward(manifest, embeddings, upgraded, config)
-        for new, info in psi_info.items():
-            result["forward"][new]["psi"] = info
-    return result
+    return embeddings, weights, data_fp
 
 
 def upgraded_embeddings(
@@ -151,6 +175,7 @@ __all__ = [
     "LoadModel",
     "WeightsOf",
     "data_fingerprint",
+    "embed_all",
     "run_evaluation",
     "upgraded_embeddings",
 ]

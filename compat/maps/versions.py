@@ -18,12 +18,15 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compat.embeddings.bundle import EmbeddingBundle
 from compat.errors import BadInputError, NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from compat.maps.pairs import Pairs
 
 DEFAULT_CACHE = "cache/embeddings"
 
@@ -180,6 +183,60 @@ def embed_version(
     )
 
 
+def version_pairs(
+    new_version: str,
+    old_version: str,
+    *,
+    split: str | None = None,
+    manifest: str | os.PathLike[str] | None = None,
+    folder: str | os.PathLike[str] | None = None,
+    models_dir: str | os.PathLike[str] = "models",
+    cache_root: str | os.PathLike[str] = DEFAULT_CACHE,
+    splits_dir: str | os.PathLike[str] = "splits",
+    source: str | os.PathLike[str] = "data/source.json",
+    device: str | None = None,
+    progress: bool = True,
+) -> Pairs:
+    """The same items embedded by ``new_version`` and ``old_version`` (through the cache), row
+    for row: the pairs a map between their spaces is fitted on. Both versions must read the
+    same images (image size and channels; BadInputError naming the old card otherwise)."""
+    from compat.maps.pairs import Pairs
+    from compat.models.card import read_model_card
+
+    models = Path(models_dir)
+    cards = {v: read_model_card(models / v) for v in (new_version, old_version)}
+    a, b = cards[new_version], cards[old_version]
+    if (a.image_size, a.in_channels) != (b.image_size, b.in_channels):
+        raise BadInputError(
+            f"{models / old_version / 'card.json'}: image_size/in_channels: {old_version} takes "
+            f"{b.image_size} px x {b.in_channels}, {new_version} {a.image_size} px x "
+            f"{a.in_channels}; the pairs must embed the same images"
+        )
+    with open_items(
+        split=split, manifest=manifest, folder=folder, image_size=a.image_size,
+        channels=a.in_channels, splits_dir=splits_dir, source=source,
+    ) as items:  # fmt: skip
+        got = {
+            v: embed_version(
+                v,
+                items,
+                models_dir=models,
+                cache_root=cache_root,
+                device=device,
+                progress=progress,
+            )
+            for v in (new_version, old_version)
+        }
+    info = {
+        v: {"version": v, "weights_sha256": cards[v].weights_sha256, "items": items.name,
+            "fingerprint": items.fingerprint} for v in cards
+    }  # fmt: skip
+    return Pairs(
+        got[new_version].embeddings, got[old_version].embeddings, list(items.ids),
+        list(items.labels), info[new_version], info[old_version],
+    )  # fmt: skip
+
+
 def write_embeddings(path: str | os.PathLike[str], bundle: EmbeddingBundle) -> Path:
     """``bundle`` written in the format its path names (:func:`compat.embeddings.formats.
     format_of`): an ``.npz`` bundle, an ``.npy`` matrix with a ``.meta.npz`` sidecar, or a
@@ -228,4 +285,11 @@ def write_embeddings(path: str | os.PathLike[str], bundle: EmbeddingBundle) -> P
     return out
 
 
-__all__ = ["DEFAULT_CACHE", "ItemSet", "embed_version", "open_items", "write_embeddings"]
+__all__ = [
+    "DEFAULT_CACHE",
+    "ItemSet",
+    "embed_version",
+    "open_items",
+    "version_pairs",
+    "write_embeddings",
+]

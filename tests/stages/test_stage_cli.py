@@ -16,8 +16,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((REPO / "stages").glob("*.py"))
-# The stages with a progress bar (training loops); the others print one line per result.
-PROGRESS = {"train", "upgrade"}
+# The stages with a progress bar (training loops) or progress lines (adapt embeds its pairs);
+# the others print one line per result.
+PROGRESS = {"train", "upgrade", "adapt"}
 # The positional argument of stages that run once per version (foreach / one stage per version).
 POSITIONAL = {"train": ["v1"], "upgrade": ["v2"]}
 

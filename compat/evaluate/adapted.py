@@ -1,0 +1,305 @@
+"""The adapted cells of a query adapter: a new model's queries mapped into the old space search
+the old gallery as stored (Drift-Adapter, Vejendla, EMNLP 2025, arXiv 2509.23471).
+
+For each map of ``evaluate.adapters`` (a :mod:`compat.maps` map of role ``query-adapter``, from
+``new`` to ``old``), on the evaluation manifest and for every protocol of the config:
+
+* ``adapted`` M(adapt(new), old): the adapted queries on the old gallery, no backfill;
+* ``native``  M(new, old): the raw new queries on the old gallery (BCT's cross test). Between two
+  widths only when the new version's card declares a ``dim_mismatch`` (as the chain's cells);
+  otherwise null, with a note: not comparable;
+* ``old``     M(old, old): what the service has before the upgrade;
+* ``self``    M(new, new): a full backfill to the new model;
+* ``bct``     M(v, old) for the chain version v whose paragon ``new`` is (e.g. BCT's v3 when
+  ``new`` is v3-paragon), when the chain has that cell;
+
+with paired bootstrap intervals (:func:`compat.compare.engine.compare`, one call per protocol,
+stream = the protocol's name, exactly as :mod:`compat.evaluate.forward`); ``adapted_minus_old``
+with its one-sided lower bound at the config's confidence and ``passes``, whether that bound is
+above 0: BCT's criterion (Shen et al., CVPR 2020, Eq. 1) for the adapted queries, judged as the
+gate judges it; ``adapted_minus_native``; ``gain``, BCT Eq. 9 with the new model's self test as
+the denominator, (M(adapt(new), old) - M(old, old)) / (M(new, new) - M(old, old)): the share of a
+full backfill's benefit the adapter keeps; and ``recovery``, M(adapt(new), old) / M(v, old), the
+adapted cell as a share of BCT's compatible cross cell, with the percentile interval of the
+per-resample ratios.
+
+The matrix row of the adapted queries is named as the gate names it
+(:func:`compat.contracts.schema.adapter_name`, ``adapt(v3-paragon)``) for the map at the
+contract's default folder name ``<new>-to-<old>``; any other map of the same version is named
+by its map: ``adapt(v3-paragon-to-v1-affine)``. A map refused by its own held-out check when it
+was fitted is still evaluated (the entry names the refusal; the gate would never serve it).
+
+The maps are loaded and applied by the caller (:func:`compat.maps.query.adapted_embeddings`,
+passed to :func:`run_adapted`): this module never imports :mod:`compat.maps`, so
+``stages/evaluate.py``, whose import closure reaches this floor, does not depend on the maps'
+code (or psi's fit loop behind the ``residual-mlp`` kind). The ``evaluate-adapters`` stage
+(``stages/evaluate_adapters.py``) writes ``metrics/adapted.json``; the evaluate stage's own
+outputs are the same with or without ``evaluate.adapters``.
+
+The partial-backfill curve of an adapter together with a psi is not computed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compat.compare.bootstrap import percentile_interval
+from compat.compare.engine import Comparison, compare, num, num_pair
+from compat.evaluate.config import EvaluateConfig
+from compat.evaluate.protocols import (
+    EvalSetLike,
+    ProtocolResult,
+    create_protocols,
+    evaluate_manifest,
+    label_codes,
+)
+from compat.io import write_json
+
+TERMS = ("adapted", "native", "old", "self", "bct")
+ADAPTED_FILE = "adapted.json"
+
+CellKey = tuple[str, str]
+
+
+def adapted_row(name: str, new: str, old: str) -> str:
+    """The matrix row of map ``name``'s adapted queries: ``adapt(<new>)`` (the gate's name,
+    :func:`compat.contracts.schema.adapter_name`) for the map named ``<new>-to-<old>`` (the
+    contract's default folder), else ``adapt(<name>)``."""
+    return f"adapt({new})" if name == f"{new}-to-{old}" else f"adapt({name})"
+
+
+@dataclass
+class AdaptedRows:
+    """A query adapter applied to the new version's evaluation-set rows."""
+
+    name: str  # the map's name (its key in evaluate.adapters)
+    new: str
+    old: str
+    rows: np.ndarray  # adapt(embeddings[new]): (n, old's width), L2-normalised
+    info: dict[str, Any] = field(default_factory=dict)  # the map's provenance
+
+    @property
+    def row(self) -> str:
+        return adapted_row(self.name, self.new, self.old)
+
+
+def adapted_versions(config: EvaluateConfig, joins: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Every version the adapted cells need, each once: each map's ``(new, old)`` of ``joins``
+    and the chain version whose paragon ``new`` is (for the recovery of BCT's cross cell)."""
+    bct_of = {p: v for v, p in config.paragon.items()}
+    out: list[str] = []
+    for new, old in joins.values():
+        bct = bct_of.get(new)
+        chain = list(config.chain)
+        extra = [bct] if bct and old in chain and chain.index(bct) > chain.index(old) else []
+        out += [v for v in (new, old, *extra) if v not in out]
+    return out
+
+
+def run_adapted(
+    config: EvaluateConfig,
+    manifest: EvalSetLike,
+    load_images: Any,
+    source_fingerprint: str,
+    load_model: Any,
+    cache_root: str | os.PathLike[str],
+    joins: Mapping[str, tuple[str, str]],
+    apply: Callable[[dict[str, np.ndarray], dict[str, str]], Mapping[str, AdaptedRows]],
+    *,
+    weights_of: Callable[[str], str] | None = None,
+    dim_mismatch_of: Callable[[str], str | None] | None = None,
+    report: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The ``adapted`` entries of ``config.adapters``: embed the versions they need through the
+    cache (:func:`compat.evaluate.runner.embed_all`, as the evaluate stage does, so its entries
+    are hits), map the new versions' rows by ``apply(embeddings, weights)`` (the maps, loaded
+    and checked by :func:`compat.maps.query.adapted_embeddings`) and evaluate every cell.
+    ``joins``: map name -> (new, old), read from the maps' cards."""
+    from compat.evaluate.runner import embed_all
+
+    versions = adapted_versions(config, joins)
+    embeddings, weights, _ = embed_all(
+        versions, manifest, load_images, source_fingerprint, load_model, cache_root,
+        weights_of=weights_of, batch_size=config.batch_size, device=config.device, report=report,
+    )  # fmt: skip
+    adapted = apply(embeddings, weights)
+    modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
+    return evaluate_adapted(
+        manifest, embeddings, adapted, config, dim_mismatch=modes, progress=report
+    )
+
+
+def evaluate_adapted(
+    manifest: EvalSetLike,
+    embeddings: Mapping[str, np.ndarray],
+    adapted: Mapping[str, AdaptedRows],
+    config: EvaluateConfig,
+    *,
+    cells: Mapping[CellKey, Mapping[str, ProtocolResult]] | None = None,
+    dim_mismatch: Mapping[str, str | None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The ``adapted`` section of the report, one entry per map (module docstring).
+
+    ``embeddings[v]``: version v's (len(manifest.items), d) matrix; ``cells``: results of cells
+    already evaluated (the chain's, :func:`compat.evaluate.report.evaluate_chain`'s
+    ``cell_results``), reused rather than evaluated again; ``dim_mismatch[v]``: how v meets an
+    older version of another width (None: the native cell is not comparable).
+    """
+    from compat.embeddings.dims import align_pair
+
+    protocols = create_protocols(config.protocols, **config.protocol_options())
+    names = [p.name for p in protocols]
+    codes = label_codes(manifest.labels)
+    done: dict[Any, Mapping[str, ProtocolResult]] = {
+        k: r for k, r in (cells or {}).items() if all(n in r for n in names)
+    }
+    modes = dict(dim_mismatch or {})
+    bct_of = {p: v for v, p in config.paragon.items()}
+
+    def cell(key: Any, label: str, q: np.ndarray, g: np.ndarray) -> Mapping[str, ProtocolResult]:
+        if key not in done:
+            import time
+
+            started = time.perf_counter()
+            done[key] = evaluate_manifest(
+                manifest, q, g, protocols, chunk_size=config.chunk_size, device=config.device,
+                codes=codes,
+            )  # fmt: skip
+            if progress is not None:
+                progress(
+                    f"evaluate: adapted cell {label}: {', '.join(names)} in "
+                    f"{time.perf_counter() - started:.1f} s"
+                )
+        return done[key]
+
+    out: dict[str, Any] = {}
+    for name, a in adapted.items():
+        e_new, e_old = embeddings[a.new], embeddings[a.old]
+        if a.rows.shape != (len(e_new), e_old.shape[1]):
+            raise ValueError(f"{a.row}: shape {a.rows.shape}, {a.old}'s rows are {e_old.shape}")
+        terms: dict[str, Mapping[str, ProtocolResult]] = {
+            "adapted": cell(("map", name), f"M({a.row}, {a.old})", a.rows, e_old),
+        }
+        where: dict[str, list[str] | None] = {"adapted": [a.row, a.old]}
+        note = None
+        q, g = e_new, e_old
+        if e_new.shape[1] != e_old.shape[1]:
+            mode = modes.get(a.new)
+            if mode is None:
+                q = g = None  # type: ignore[assignment]
+                note = (
+                    f"{a.new} and {a.old} have {e_new.shape[1]} and {e_old.shape[1]} dims and "
+                    f"{a.new} declares no dim_mismatch: the native cell is not comparable"
+                )
+            else:
+                q, g = align_pair(e_new, e_old, mode)
+                note = f"native cell aligned by {a.new}'s dim_mismatch {mode}"
+        if q is not None:
+            terms["native"] = cell((a.new, a.old), f"M({a.new}, {a.old})", q, g)
+            where["native"] = [a.new, a.old]
+        terms["old"] = cell((a.old, a.old), f"M({a.old}, {a.old})", e_old, e_old)
+        where["old"] = [a.old, a.old]
+        terms["self"] = cell((a.new, a.new), f"M({a.new}, {a.new})", e_new, e_new)
+        where["self"] = [a.new, a.new]
+        bct = _bct_version(a, config, bct_of, embeddings)
+        if bct is not None:
+            key = (bct, a.old)
+            if key in done or embeddings[bct].shape[1] == e_old.shape[1]:
+                terms["bct"] = cell(key, f"M({bct}, {a.old})", embeddings[bct], e_old)
+                where["bct"] = [bct, a.old]
+        entry: dict[str, Any] = {
+            "map": a.info,
+            "new": a.new,
+            "old": a.old,
+            "row": a.row,
+            "bct": bct if "bct" in terms else None,
+            "cells": {t: where.get(t) for t in TERMS},
+            "native_note": note,
+            "confidence": config.confidence,
+            "metrics": {},
+        }
+        for p in protocols:
+            comparison = compare(  # the terms of one protocol share resamples (paired)
+                {t: r[p.name] for t, r in terms.items()},
+                resamples=config.bootstrap,
+                seed=config.seed,
+                stream=p.name,
+                confidence=config.confidence,
+            )
+            for metric in p.metric_names():
+                entry["metrics"].setdefault(p.name, {})[metric] = _metric_entry(comparison, metric)
+        out[name] = entry
+    return out
+
+
+def _bct_version(
+    a: AdaptedRows,
+    config: EvaluateConfig,
+    bct_of: Mapping[str, str],
+    embeddings: Mapping[str, np.ndarray],
+) -> str | None:
+    """The chain version whose paragon ``a.new`` is, when the chain has its cross cell on
+    ``a.old`` (a version deployed after ``a.old``), else None."""
+    v = bct_of.get(a.new)
+    chain = list(config.chain)
+    if v is None or a.old not in chain or v not in embeddings:
+        return None
+    return v if chain.index(v) > chain.index(a.old) else None
+
+
+def _metric_entry(comparison: Comparison, metric: str) -> dict[str, Any]:
+    """The terms, their intervals, the criterion's difference and bound, the difference to the
+    native cell, the update gain and the recovery of BCT's cross cell, from the comparison."""
+    e: dict[str, Any] = {
+        t: num(comparison.value(t, metric)) if t in comparison else None for t in TERMS
+    }
+    if comparison.resampled:
+        e["interval"] = {t: num_pair(comparison.interval(t, metric)) for t in comparison}
+    diff = comparison.difference("adapted", "old", metric)
+    e["adapted_minus_old"] = diff.to_json()
+    bound = diff.lower_bound if diff.lower_bound is not None else diff.value
+    e["passes"] = bool(num(bound) is not None and bound > 0.0)
+    if "native" in comparison:
+        e["adapted_minus_native"] = comparison.difference("adapted", "native", metric).to_json()
+    e["gain"] = comparison.gain("adapted", "old", "self", metric).to_json()
+    if "bct" in comparison:
+        top, bottom = comparison.value("adapted", metric), comparison.value("bct", metric)
+        recovery: dict[str, Any] = {"value": num(top / bottom) if bottom else None}
+        if comparison.resampled:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = comparison.samples("adapted", metric) / comparison.samples("bct", metric)
+            ratio[~np.isfinite(ratio)] = np.nan  # a resample where M(v, old) = 0: undefined
+            recovery["interval"] = num_pair(percentile_interval(ratio, comparison.confidence))
+        e["recovery"] = recovery
+    return e
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def write_adapted(
+    adapted: Mapping[str, Any], metrics_dir: str | os.PathLike[str] = "metrics"
+) -> list[Path]:
+    """``metrics/adapted.json``: the entries of :func:`evaluate_adapted`, one per map."""
+    path = Path(metrics_dir) / ADAPTED_FILE
+    write_json(path, dict(adapted))
+    return [path]
+
+
+__all__ = [
+    "ADAPTED_FILE",
+    "TERMS",
+    "AdaptedRows",
+    "adapted_row",
+    "adapted_versions",
+    "evaluate_adapted",
+    "run_adapted",
+    "write_adapted",
+]

@@ -1,0 +1,93 @@
+"""DVC stage ``evaluate-adapters``: the adapted cells of every query adapter of params.yaml
+``evaluate.adapters`` (M(adapt(new), old) beside M(new, old), M(old, old), M(new, new)).
+
+Reads params.yaml ``evaluate`` (:class:`compat.evaluate.config.EvaluateConfig`: the adapters,
+chain, paragons, protocols, bootstrap), ``splits/eval.json``, ``data/source.json``,
+``models/<version>/`` of every version a map joins and ``maps/<name>/``. Embeddings come
+through ``cache/embeddings/`` (the evaluate stage's entries). Writes ``metrics/adapted.json``
+(:mod:`compat.evaluate.adapted`). A stage of its own, not part of ``evaluate``: applying a map
+needs :mod:`compat.maps` (and through it psi's fitting code), which the evaluate stages of the
+experiments, running ``stages/evaluate.py``, do not depend on.
+
+Usage: ``python stages/evaluate_adapters.py [--params FILE --section KEY] [--metrics DIR]
+[--cache DIR] [--manifest FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compat.errors import CompatError
+from compat.params import PARAMS_FILE, read_section
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the stage; ``argv`` None (an in-process caller) means no arguments: the defaults."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default=PARAMS_FILE)
+    parser.add_argument("--section", default="evaluate")
+    parser.add_argument("--metrics", default="metrics")
+    parser.add_argument("--cache", default="cache/embeddings")
+    parser.add_argument("--manifest", default="splits/eval.json")
+    parser.add_argument("--models", default="models")
+    args = parser.parse_args([] if argv is None else argv)
+    try:
+        from compat.data.sources import open_source
+        from compat.data.split import load_eval_manifest
+        from compat.evaluate.adapted import run_adapted, write_adapted
+        from compat.evaluate.config import EvaluateConfig
+        from compat.maps.query import adapted_embeddings, adapter_joins
+        from compat.models.card import dim_mismatch, read_model_card
+
+        config = read_section(args.params, args.section, EvaluateConfig)
+        joins = adapter_joins(config.adapters)  # a missing or bad map: before any work
+        manifest = load_eval_manifest(args.manifest)
+        source = open_source("data/source.json")
+        models = Path(args.models)
+
+        def load_model(version: str):
+            from compat.models import load_version
+
+            return load_version(models / version)
+
+        def progress(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        adapted = run_adapted(
+            config,
+            manifest,
+            source.load,
+            source.fingerprint,
+            load_model,
+            args.cache,
+            joins,
+            lambda emb, weights: adapted_embeddings(config.adapters, emb, weights),
+            weights_of=lambda v: read_model_card(models / v).weights_sha256,
+            dim_mismatch_of=lambda v: dim_mismatch(read_model_card(models / v)),
+            report=progress,
+        )
+        write_adapted(adapted, args.metrics)
+    except CompatError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return err.exit_code
+    for name, entry in adapted.items():
+        top = entry["metrics"].get("identification", {})
+        for metric in ("top1", "mAP"):
+            e = top.get(metric)
+            if e is None:
+                continue
+            cells = ", ".join(
+                f"M({q},{g})={'-' if e[t] is None else f'{100 * e[t]:.1f}'}"
+                for t, (q, g) in ((t, c) for t, c in entry["cells"].items() if c)
+            )
+            verdict = "passes" if e["passes"] else "does not pass"
+            print(f"evaluate-adapters: {name}: identification {metric}: {cells}; {verdict} BCT")
+    if not adapted:
+        print(f"evaluate-adapters: no query adapters in {args.section}.adapters; wrote {{}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

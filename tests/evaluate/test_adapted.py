@@ -1,0 +1,269 @@
+"""The adapted cells of a query adapter, M(adapt(new), old), beside M(new, old), M(old, old) and
+M(new, new): a hand-checkable rotation, the row names, the checks of a map against the
+evaluated versions, and a report left unchanged when no adapter is configured."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from compat.contracts.schema import adapter_name
+from compat.errors import BadInputError
+from compat.evaluate.adapted import (
+    AdaptedRows,
+    adapted_row,
+    adapted_versions,
+    evaluate_adapted,
+    run_adapted,
+    write_adapted,
+)
+from compat.evaluate.config import EvaluateConfig
+from compat.evaluate.protocols import create_protocols, evaluate_manifest
+from compat.evaluate.report import write_report
+from compat.evaluate.runner import run_evaluation
+from compat.maps.query import adapted_embeddings, adapter_joins
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _rotation(d: int, seed: int) -> np.ndarray:
+    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
+    return q * np.sign(np.diag(r))
+
+
+def synthetic(n_classes=30, per=6, d=16, seed=0):
+    """v1 noisy; v2 less noisy in v1's space (BCT-compatible); v2p = v1's rows rotated by R: a
+    model as good as v1 in a space of its own, so the exact adapter is R^T."""
+    rng = np.random.default_rng(seed)
+    labels = [f"c{c:03d}" for c in range(n_classes) for _ in range(per)]
+    n = len(labels)
+    query = [i for i in range(n) if i % per < per // 2]
+    gallery = [i for i in range(n) if i % per >= per // 2 and i // per >= 3]
+    pairs = [(int(a), int(b), labels[a] == labels[b]) for a, b in rng.integers(0, n, (300, 2))]
+    pairs += [(c * per, c * per + 1, True) for c in range(n_classes)]
+    manifest = SimpleNamespace(
+        items=[f"i{k}" for k in range(n)], labels=labels, query=query, gallery=gallery,
+        pairs=pairs, fingerprint="m1",
+    )  # fmt: skip
+    base = rng.standard_normal((n_classes, d))[np.repeat(np.arange(n_classes), per)]
+    v1 = _unit(base + 1.0 * rng.standard_normal((n, d)))
+    rot = _rotation(d, seed + 1)
+    emb = {
+        "v1": v1,
+        "v2": _unit(base + 0.5 * rng.standard_normal((n, d))),
+        "v2p": _unit(v1.astype(np.float64) @ rot),
+    }
+    return manifest, emb, rot
+
+
+def _exact_adapter(emb, rot):
+    """adapt(v2p) = v2p R^T, computed in float64: v1's rows to float32 rounding."""
+    return _unit(emb["v2p"].astype(np.float64) @ rot.T)
+
+
+CFG = dict(chain=["v1", "v2"], paragon={"v2": "v2p"}, bootstrap=200)
+
+
+def test_a_rotation_adapter_gives_exactly_the_old_self_cell():
+    """new = old R and adapt = R^T: M(adapt(new), old) is M(old, old) to the last digit, so the
+    difference is 0 and BCT's strict criterion (lower bound > 0) is not met; recovery is the
+    adapted cell over BCT's M(v2, v1)."""
+    manifest, emb, rot = synthetic()
+    rows = _exact_adapter(emb, rot)
+    np.testing.assert_allclose(rows, emb["v1"], atol=1e-6)
+    cfg = EvaluateConfig(**CFG)
+    out = evaluate_adapted(
+        manifest, emb, {"v2p-to-v1": AdaptedRows("v2p-to-v1", "v2p", "v1", rows)}, cfg
+    )
+    e = out["v2p-to-v1"]
+    assert e["row"] == "adapt(v2p)" == adapter_name("v2p") and e["bct"] == "v2"
+    assert e["cells"] == {
+        "adapted": ["adapt(v2p)", "v1"], "native": ["v2p", "v1"], "old": ["v1", "v1"],
+        "self": ["v2p", "v2p"], "bct": ["v2", "v1"],
+    }  # fmt: skip
+    assert set(e["metrics"]) == {"identification", "open-set", "verification"}
+    protos = create_protocols(["identification"])
+    direct = lambda q, g: evaluate_manifest(manifest, q, g, protos)["identification"].metrics  # noqa: E731
+    for metric in ("top1", "mAP"):
+        m = e["metrics"]["identification"][metric]
+        assert m["adapted"] == m["old"] == direct(emb["v1"], emb["v1"])[metric]
+        assert m["self"] == pytest.approx(m["old"], abs=1e-12)  # a rotation keeps every score
+        assert m["native"] == direct(emb["v2p"], emb["v1"])[metric] < m["old"]  # another space
+        assert m["bct"] == direct(emb["v2"], emb["v1"])[metric]
+        d = m["adapted_minus_old"]
+        assert d["value"] == 0.0 and d["lower_bound"] == 0.0 and d["interval"] == [0.0, 0.0]
+        assert m["passes"] is False
+        assert m["adapted_minus_native"]["value"] == pytest.approx(m["adapted"] - m["native"])
+        assert m["adapted_minus_native"]["lower_bound"] > 0
+        rec = m["recovery"]
+        assert rec["value"] == pytest.approx(m["adapted"] / m["bct"])
+        assert rec["interval"][0] <= rec["value"] <= rec["interval"][1]
+        assert set(m["interval"]) == {"adapted", "native", "old", "self", "bct"}
+
+
+def test_an_adapter_that_adds_information_passes_the_criterion():
+    """Queries from a better model, mapped exactly into the old space, beat M(old, old)."""
+    manifest, emb, rot = synthetic()
+    better = {**emb, "v2p": _unit(emb["v2"].astype(np.float64) @ rot)}  # v2 rotated
+    rows = _unit(better["v2p"].astype(np.float64) @ rot.T)
+    out = evaluate_adapted(
+        manifest, better, {"m": AdaptedRows("m", "v2p", "v1", rows)}, EvaluateConfig(**CFG)
+    )
+    m = out["m"]["metrics"]["identification"]["top1"]
+    assert out["m"]["row"] == "adapt(m)"  # not the contract's default name v2p-to-v1
+    assert m["adapted_minus_old"]["lower_bound"] > 0 and m["passes"] is True
+
+
+def test_row_names():
+    assert adapted_row("v3-to-v1", "v3", "v1") == adapter_name("v3") == "adapt(v3)"
+    assert adapted_row("v3-to-v1-affine", "v3", "v1") == "adapt(v3-to-v1-affine)"
+    assert adapted_row("v3-to-v2", "v3", "v1") == "adapt(v3-to-v2)"
+
+
+def test_native_cell_of_two_widths_is_not_comparable_without_a_dim_mismatch():
+    manifest, emb, _ = synthetic()
+    wide = {**emb, "v2p": _unit(np.hstack([emb["v1"], emb["v2"]]))}  # 32 dims vs 16
+    a = {"m": AdaptedRows("m", "v2p", "v1", emb["v1"])}
+    cfg = EvaluateConfig(chain=["v1"], protocols=["identification"], bootstrap=0)
+    e = evaluate_adapted(manifest, wide, a, cfg)["m"]
+    assert e["cells"]["native"] is None and "not comparable" in e["native_note"]
+    top1 = e["metrics"]["identification"]["top1"]
+    assert top1["native"] is None and "adapted_minus_native" not in top1
+    assert "interval" not in top1 and top1["adapted_minus_old"] == {"value": 0.0}
+    e = evaluate_adapted(manifest, wide, a, cfg, dim_mismatch={"v2p": "truncate"})["m"]
+    assert e["cells"]["native"] == ["v2p", "v1"] and "truncate" in e["native_note"]
+    protos = create_protocols(["identification"])
+    truncated = evaluate_manifest(manifest, wide["v2p"][:, :16], emb["v1"], protos)
+    assert e["metrics"]["identification"]["top1"]["native"] == pytest.approx(
+        truncated["identification"].metrics["top1"]
+    )
+
+
+# -- the runner path: maps saved by compat.maps, models that look rows up -----------------------
+
+
+class _Fixed(nn.Module):
+    def __init__(self, table: np.ndarray) -> None:
+        super().__init__()
+        self.table = torch.from_numpy(table)
+
+    def forward(self, x):
+        return self.table[((x[:, 0, 0, 0] + 1) * 127.5).round().long()]
+
+
+def _save_map(folder, emb, *, role="query-adapter", new_sha="sha-v2p", kind="procrustes"):
+    from compat.maps import CheckConfig, fit_map, save_map
+
+    fitted = fit_map(
+        kind, emb["v2p"], emb["v1"], params={}, check=CheckConfig(refuse=False), role=role,
+        from_name="v2p", to_name="v1", source_info={"version": "v2p", "weights_sha256": new_sha},
+        target_info={"version": "v1", "weights_sha256": "sha-v1"},
+    )  # fmt: skip
+    save_map(folder, fitted)
+    return fitted
+
+
+@pytest.fixture()
+def runner(tmp_path):
+    manifest, emb, _ = synthetic()
+    n = len(manifest.items)
+    images = np.zeros((n, 2, 2, 1), np.uint8)
+    images[:, 0, 0, 0] = np.arange(n)
+    pos = {item: k for k, item in enumerate(manifest.items)}
+    models = {v: _Fixed(np.pad(e, ((0, 256 - n), (0, 0)))) for v, e in emb.items()}
+    cards = {v: SimpleNamespace(weights_sha256=f"sha-{v}") for v in emb}
+    loaded: list[str] = []
+
+    def load_model(v):
+        loaded.append(v)
+        return models[v], cards[v]
+
+    def run(cfg):
+        return run_evaluation(
+            cfg, manifest, lambda ids: images[[pos[i] for i in ids]], "src", load_model,
+            tmp_path / "cache",
+        )  # fmt: skip
+
+    def adapted(cfg):
+        return run_adapted(
+            cfg, manifest, lambda ids: images[[pos[i] for i in ids]], "src", load_model,
+            tmp_path / "cache", adapter_joins(cfg.adapters),
+            lambda e, w: adapted_embeddings(cfg.adapters, e, w),
+            weights_of=lambda v: cards[v].weights_sha256,
+        )  # fmt: skip
+
+    return SimpleNamespace(run=run, adapted=adapted, emb=emb, tmp=tmp_path, loaded=loaded)
+
+
+def test_the_evaluate_report_ignores_adapters_and_the_adapted_stage_writes_its_own_file(runner):
+    """The evaluate stage's report (every file it writes) is the same with or without
+    ``adapters``; the adapted cells go to metrics/adapted.json, embedded through the same
+    cache (the chain's versions are hits) and equal to the cells computed directly."""
+    base = dict(chain=["v1", "v2"], paragon={"v2": "v2p"}, bootstrap=50)
+    folder = runner.tmp / "maps" / "v2p-to-v1"
+    _save_map(folder, runner.emb)
+    plain = runner.run(EvaluateConfig(**base))
+    cfg = EvaluateConfig(**base, adapters={"v2p-to-v1": str(folder)})
+    with_adapters = runner.run(cfg)
+    assert with_adapters == plain and "adapted" not in plain
+    out = {}
+    for name, rep in (("plain", plain), ("adapters", with_adapters)):
+        write_report(rep, runner.tmp / name / "metrics", runner.tmp / name / "plots", images=False)
+        root = runner.tmp / name
+        out[name] = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*.json")}
+    assert out["adapters"] == out["plain"] and "metrics/adapted.json" not in out["plain"]
+
+    runner.loaded.clear()
+    adapted = runner.adapted(cfg)
+    assert runner.loaded == []  # v2p, v1 and v2 were embedded by the evaluate run: cache hits
+    assert adapted_versions(cfg, adapter_joins(cfg.adapters)) == ["v2p", "v1", "v2"]
+    (path,) = write_adapted(adapted, runner.tmp / "metrics")
+    assert path == runner.tmp / "metrics" / "adapted.json"
+    e = json.loads(path.read_text())["v2p-to-v1"]
+    assert e["map"]["kind"] == "procrustes" and e["map"]["refused"] is None and e["bct"] == "v2"
+    top1 = e["metrics"]["identification"]["top1"]
+    assert top1["adapted"] == top1["old"]  # Procrustes recovers the rotation (to ~1e-6)
+    assert top1["old"] == plain["matrix"]["identification"]["top1"]["v1"]["v1"]
+    assert top1["bct"] == plain["matrix"]["identification"]["top1"]["v2"]["v1"]
+    assert top1["self"] == plain["matrix"]["identification"]["top1"]["v2p"]["v2p"]
+
+
+def test_each_map_is_checked_against_the_evaluated_versions(runner):
+    folder = runner.tmp / "maps" / "m"
+    cfg = EvaluateConfig(chain=["v1"], protocols=["identification"], bootstrap=0,
+                         adapters={"m": str(folder)})  # fmt: skip
+    _save_map(folder, runner.emb, new_sha="sha-other")
+    with pytest.raises(BadInputError, match=r"m/card\.json: from: fitted on v2p's weights"):
+        runner.adapted(cfg)  # v2p is embedded although not in the chain: the map joins it
+    _save_map(folder, runner.emb, role="gallery-map")
+    with pytest.raises(BadInputError, match="role: a gallery-map map"):
+        runner.adapted(cfg)
+    fitted = _save_map(folder, runner.emb)
+    e = runner.adapted(cfg)["m"]
+    assert e["map"]["weights_sha256"] == fitted.card.weights_sha256
+    assert e["bct"] is None and "recovery" not in e["metrics"]["identification"]["top1"]
+
+
+def test_adapted_embeddings_apply_the_saved_map(tmp_path):
+    _, emb, _ = synthetic()
+    fitted = _save_map(tmp_path / "m", emb)
+    assert adapter_joins({"m": tmp_path / "m"}) == {"m": ("v2p", "v1")}
+    got = adapted_embeddings({"m": tmp_path / "m"}, emb, {"v2p": "sha-v2p", "v1": "sha-v1"})["m"]
+    assert (got.new, got.old, got.row) == ("v2p", "v1", "adapt(m)")
+    np.testing.assert_array_equal(got.rows, fitted.apply(emb["v2p"]))
+    np.testing.assert_allclose(got.rows, emb["v1"], atol=1e-5)

@@ -1,0 +1,165 @@
+"""``stages/adapt.py`` on a tiny project (two tiny versions, a folder source): every map of
+params.yaml ``adapt`` fitted on the new version's training split through the embedding cache,
+written to ``maps/<name>/`` with ``metrics/adapters.json``; a refused map still written with
+exit 0; bad params exit 4 with one line naming params.yaml and the field."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _stage():
+    spec = importlib.util.spec_from_file_location("adapt_stage", REPO / "stages" / "adapt.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
+def _project(root: Path, adapt: dict, same_weights: bool = False) -> None:
+    """48 images of 8 classes, splits/v2.json, models/v1 and models/v2 (both dim 6; v2 is v1's
+    weights again with ``same_weights``), params.yaml with ``adapt``."""
+    from PIL import Image
+
+    from compat.data.config import FolderData
+    from compat.data.sources import build_source
+    from compat.data.split import TrainManifest
+    from compat.io import fingerprint, write_json
+    from compat.models.embedding import build_embedding_model
+    from compat.models.version import save_version
+
+    rng = np.random.default_rng(0)
+    items, labels = [], []
+    for k in range(48):
+        lab = f"c{k % 8}"
+        path = root / "imgs" / lab / f"{k:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(path)
+        items.append(f"{lab}/{k:03d}.png")
+        labels.append(lab)
+    source = build_source(FolderData(kind="folder", root=str(root / "imgs"), size=8), root / "data")
+    body = {
+        "name": "v2",
+        "scenario": "test",
+        "source_fingerprint": source.fingerprint,
+        "classes": sorted(set(labels)),
+        "items": items,
+        "labels": labels,
+    }
+    manifest = TrainManifest(**body, fingerprint=fingerprint(body))
+    write_json(root / "splits" / "v2.json", manifest.model_dump())
+    for version in ("v1", "v2"):
+        torch.manual_seed(0 if same_weights or version == "v1" else 1)
+        model = build_embedding_model("tiny", 6, in_channels=1, image_size=8)
+        save_version(
+            root / "models" / version,
+            model,
+            None,
+            {
+                "version": version, "backbone": "tiny", "dim": 6, "in_channels": 1,
+                "image_size": 8, "pooling": "avg", "parent": None, "split": version,
+                "data_fingerprint": manifest.fingerprint if version == "v2" else "x" * 16,
+            },
+        )  # fmt: skip
+    (root / "params.yaml").write_text(yaml.safe_dump({"adapt": adapt}))
+
+
+MAPS = {
+    "v2-to-v1": {"new": "v2", "old": "v1", "kind": "procrustes", "resamples": 200},
+    "v2-to-v1-mlp": {
+        "new": "v2", "old": "v1", "kind": "residual-mlp", "resamples": 200,
+        "params": {"residual": False, "loss": "cosine", "hidden": 8, "blocks": 1, "epochs": 2,
+                   "batch_size": 8, "device": "cpu"},
+    },
+}  # fmt: skip
+
+
+def test_stage_fits_every_map_through_the_cache_and_writes_the_metrics(in_tmp, capsys):
+    from compat.maps import load_map
+
+    _project(in_tmp, MAPS)
+    assert _stage()(["--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[1].strip() for line in out] == ["v2-to-v1", "v2-to-v1-mlp"]
+    assert out[0].startswith("adapt: v2-to-v1: procrustes v2 -> v1 on ") and "split v2" in out[0]
+    metrics = json.loads((in_tmp / "metrics" / "adapters.json").read_text())
+    assert set(metrics) == set(MAPS)
+    for name, entry in metrics.items():
+        fitted = load_map(in_tmp / "maps" / name)  # sha256 checked
+        card = fitted.card
+        assert (card.kind, card.role, card.from_, card.to) == (MAPS[name]["kind"], "query-adapter", "v2", "v1")  # fmt: skip
+        assert card.data.source["version"] == "v2" and card.data.source["items"] == "split:v2"
+        assert entry["kind"] == card.kind and entry["split"] == "v2" and entry["pairs"] == 48
+        assert entry["fit_pairs"] + entry["heldout_pairs"] == 48
+        assert entry["heldout"]["top1"] == card.heldout.mapped
+        assert entry["refused"] is (card.refused is not None)
+        assert entry["apply_rows"] == 48 and entry["apply_us_per_query"] > 0  # no eval set here
+        verdict = "REFUSED" if entry["refused"] else "kept"
+        assert f": {verdict}" in next(line for line in out if f" {name}: " in line)
+    assert card.params["residual"] is False and card.params["hidden"] == 8
+    # Both versions' rows of the split are in the embedding cache: a second run embeds nothing.
+    entries = sorted(p.name for p in (in_tmp / "cache" / "embeddings").glob("*.npz"))
+    assert len(entries) == 2
+    assert _stage()(["v2-to-v1", "--no-progress"]) == 0
+    assert sorted(p.name for p in (in_tmp / "cache" / "embeddings").glob("*.npz")) == entries
+    again = json.loads((in_tmp / "metrics" / "adapters.json").read_text())
+    assert set(again) == set(MAPS) and again["v2-to-v1-mlp"] == metrics["v2-to-v1-mlp"]
+
+
+def test_a_refused_map_is_written_and_the_stage_exits_0(in_tmp, capsys):
+    """v2 = v1's weights: the Procrustes map is the identity and cannot beat the raw rows."""
+    from compat.maps import load_map
+
+    _project(in_tmp, {"v2-to-v1": MAPS["v2-to-v1"]}, same_weights=True)
+    assert _stage()(["--no-progress"]) == 0
+    line = capsys.readouterr().out.strip()
+    fitted = load_map(in_tmp / "maps" / "v2-to-v1")
+    h = fitted.card.heldout
+    assert fitted.refused is not None and h.mapped == h.baseline
+    # 12 held-out queries: the raw rows may count as near chance (then the baseline is old-self)
+    assert f"held-out top-1 {h.mapped:.4f} with the map, {h.baseline:.4f} {h.baseline_kind}" in line
+    assert ": REFUSED: held-out top-1" in line and "wrote maps/v2-to-v1" in line
+    assert json.loads((in_tmp / "metrics" / "adapters.json").read_text())["v2-to-v1"]["refused"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "field", "words"),
+    [
+        ({"../x": MAPS["v2-to-v1"]}, "adapt.../x", "name '../x'"),
+        ({"m": {**MAPS["v2-to-v1"], "kind": "rotation"}}, "adapt.m.kind", "'procrustes'"),
+        ({"m": {**MAPS["v2-to-v1"], "epochs": 3}}, "adapt.m.epochs", "Extra inputs"),
+        ({"m": {**MAPS["v2-to-v1"], "params": {"rigde": 1}}}, "adapt.m.params", "rigde: unknown"),
+        ({"m": {**MAPS["v2-to-v1"], "old": "v2"}}, "adapt.m", "a map joins two versions"),
+        ({"m": {**MAPS["v2-to-v1"], "new": "v2/../x"}}, "adapt.m.new", "name 'v2/../x'"),
+    ],
+)
+def test_bad_params_exit_4_with_one_line(in_tmp, capsys, entry, field, words):
+    (in_tmp / "params.yaml").write_text(yaml.safe_dump({"adapt": entry}))
+    assert _stage()([]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: params.yaml: {field}: ")
+    assert words in err
+
+
+def test_unknown_map_or_missing_version_is_not_found(in_tmp, capsys):
+    (in_tmp / "params.yaml").write_text(yaml.safe_dump({"adapt": {"m": MAPS["v2-to-v1"]}}))
+    assert _stage()(["nope"]) == 3
+    assert "params.yaml: adapt.nope: no such map (declared: m)" in capsys.readouterr().err
+    assert _stage()([]) == 3  # models/v2 does not exist
+    assert "models/v2" in capsys.readouterr().err
