@@ -11,6 +11,13 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# Under pytest-xdist each worker gets its share of the cores for torch and BLAS (set before
+# either is imported, and inherited by the processes tests start): N workers each running
+# threads for every core would oversubscribe the machine.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(share))
 
 
 @pytest.fixture(scope="session")
