@@ -222,6 +222,40 @@ def hard() -> str:
     )  # fmt: skip
 
 
+# --- query adapters (metrics/adapters.json, metrics/adapted.json) --------------------------
+
+
+def adapters() -> str:
+    """Each query adapter of the default pipeline: its held-out check when fitted, and on the
+    evaluation set M(adapt(new), v1) beside the native cell, v1's self test and BCT's M(v3, v1)."""
+    fits = _json("metrics/adapters.json")
+    cells = _json("metrics/adapted.json")
+    rows = [
+        "| map (kind) | held-out top-1 with / without, gain bound: fitted | M(adapt(new), v1) | "
+        "M(new, v1) native | M(v1, v1) | BCT's M(v3, v1) | adapted - M(v1, v1), bound | "
+        "recovery of M(v3, v1) | fit s | us/query |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, fit in fits.items():
+        h = fit["heldout"]
+        m = cells[name]["metrics"]["identification"]
+        t, a = m["top1"], m["mAP"]
+        verdict = "refused" if fit["refused"] else "kept"
+        diff = t["adapted_minus_old"]
+        rec = (t.get("recovery") or {}).get("value")
+        recovery = "n/a" if rec is None else f"{rec:.2f}"
+        rows.append(
+            f"| {name} ({fit['kind']}) | {pct(h['top1'])} / {pct(h['no_map'])}, "
+            f"{100 * h['lower_bound']:+.1f}: {verdict} | {pair(t['adapted'], a['adapted'])} | "
+            f"{pair(t['native'], a['native'])} | {pair(t['old'], a['old'])} | "
+            f"{pair(t.get('bct'), a.get('bct'))} | {100 * diff['value']:+.1f}, "
+            f"{100 * diff['lower_bound']:+.1f} | "
+            f"{recovery} | "
+            f"{fit['fit_seconds']:.1f} | {fit['apply_us_per_query']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
 # --- the papers' results -------------------------------------------------------------------
 
 
@@ -354,6 +388,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "default-chain-notes": default_chain_notes,
     "default-chain-spread": default_chain_spread,
     "hard": hard,
+    "adapters": adapters,
     "reproduction": reproduction,
     "bict-lambda": bict_lambda,
     "sequence": sequence,
