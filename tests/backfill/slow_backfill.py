@@ -18,6 +18,7 @@ import compat.backfill.apply as apply_module
 from compat.cli.main import app
 
 _atomic_path = apply_module.atomic_path
+_write_text = apply_module.write_text
 _saved = [0]
 
 
@@ -27,15 +28,23 @@ def _slow_atomic_path(path: str | Path, size: int | None = None) -> Iterator[Pat
         yield tmp
     if Path(path).name.startswith("batch-"):
         time.sleep(0.25)
-        _saved[0] += Path(path).name.endswith(".sha256")  # a batch is done once its checksum is
+
+
+def _hold_after_checksum(path: str | Path, text: str) -> None:
+    """A batch is done once its checksum is written (``write_text``): after the second, wait
+    for the test's release file when ``SLOW_BACKFILL_HOLD`` names one."""
+    _write_text(path, text)
+    if Path(path).name.endswith(".sha256"):
+        _saved[0] += 1
         hold = os.environ.get("SLOW_BACKFILL_HOLD")
-        if hold and _saved[0] == 2 and Path(path).name.endswith(".sha256"):
+        if hold and _saved[0] == 2:
             deadline = time.monotonic() + 120
             while not Path(hold).exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
 
 
 apply_module.atomic_path = _slow_atomic_path
+apply_module.write_text = _hold_after_checksum
 
 if __name__ == "__main__":
     app(prog_name="compat")

@@ -207,6 +207,7 @@ def test_two_backfills_into_one_out_the_second_exits_6_and_leaves_nothing(
         "finish, or choose another --out"
     ]
     assert set(saved) <= {p.name for p in work.iterdir()}  # the first's batches are untouched
+    assert first.poll() is None, "the first backfill did not hold its output while checked"
     release.touch()
     assert first.wait(timeout=120) == 0, first.stderr.read().decode()[-2000:]
     assert json.loads(first.stdout.read())["upgraded"] == 200
