@@ -84,3 +84,32 @@ def small_disk(tmp_path: Path):
     yield mount
     for mnt in mounted:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def tiny_folder_split(root: Path, items: int = 48, classes: int = 8):
+    """A folder source of ``items`` random 8 px grey images in ``classes`` classes under
+    ``root/imgs`` (data stage output in ``root/data``) and the training split
+    ``root/splits/v2.json`` holding all of them; returns that split (a ``TrainManifest``)."""
+    import numpy as np
+    from PIL import Image
+
+    from compat.data.config import FolderData
+    from compat.data.sources import build_source
+    from compat.data.split import TrainManifest
+    from compat.io import fingerprint, write_json
+
+    rng = np.random.default_rng(0)
+    names, labels = [], []
+    for k in range(items):
+        lab = f"c{k % classes}"
+        path = root / "imgs" / lab / f"{k:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(path)
+        names.append(f"{lab}/{k:03d}.png")
+        labels.append(lab)
+    source = build_source(FolderData(kind="folder", root=str(root / "imgs"), size=8), root / "data")
+    body = {"name": "v2", "scenario": "test", "source_fingerprint": source.fingerprint,
+            "classes": sorted(set(labels)), "items": names, "labels": labels}  # fmt: skip
+    manifest = TrainManifest(**body, fingerprint=fingerprint(body))
+    write_json(root / "splits" / "v2.json", manifest.model_dump())
+    return manifest

@@ -6,8 +6,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-import numpy as np
 import yaml
+
+from tests.conftest import tiny_folder_split
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,35 +23,11 @@ def _stage():
 def _project(root: Path, upgrade: dict) -> dict:
     """Images in a folder source, splits/v2.json, models/v1 (dim 6) and models/v2 (dim 8)."""
     import torch
-    from PIL import Image
 
-    from compat.data.config import FolderData
-    from compat.data.sources import build_source
-    from compat.data.split import TrainManifest
-    from compat.io import fingerprint, write_json
     from compat.models.embedding import build_embedding_model
     from compat.models.version import save_version
 
-    rng = np.random.default_rng(0)
-    items, labels = [], []
-    for k in range(24):
-        lab = f"c{k % 4}"
-        path = root / "imgs" / lab / f"{k:03d}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(path)
-        items.append(f"{lab}/{k:03d}.png")
-        labels.append(lab)
-    source = build_source(FolderData(kind="folder", root=str(root / "imgs"), size=8), root / "data")
-    body = {
-        "name": "v2",
-        "scenario": "test",
-        "source_fingerprint": source.fingerprint,
-        "classes": sorted(set(labels)),
-        "items": items,
-        "labels": labels,
-    }
-    manifest = TrainManifest(**body, fingerprint=fingerprint(body))
-    write_json(root / "splits" / "v2.json", manifest.model_dump())
+    manifest = tiny_folder_split(root, 24, 4)
     cards = {}
     for seed, (version, parent, dim) in enumerate([("v1", None, 6), ("v2", "v1", 8)]):
         torch.manual_seed(seed)

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from compat.cli.main import app
+from tests.conftest import tiny_folder_split
 from tests.maps.conftest import drifted_pairs
 
 runner = CliRunner()
@@ -161,29 +162,11 @@ def test_score_with_a_query_adapter(tmp_path, files):
 def _project(root: Path) -> None:
     """A folder source of 24 tiny images, splits/v2.json, models/v1 (dim 6) and v2 (dim 8)."""
     import torch
-    from PIL import Image
 
-    from compat.data.config import FolderData
-    from compat.data.sources import build_source
-    from compat.data.split import TrainManifest
-    from compat.io import fingerprint, write_json
     from compat.models.embedding import build_embedding_model
     from compat.models.version import save_version
 
-    rng = np.random.default_rng(0)
-    items, labels = [], []
-    for k in range(24):
-        lab = f"c{k % 4}"
-        path = root / "imgs" / lab / f"{k:03d}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(path)
-        items.append(f"{lab}/{k:03d}.png")
-        labels.append(lab)
-    source = build_source(FolderData(kind="folder", root=str(root / "imgs"), size=8), root / "data")
-    body = {"name": "v2", "scenario": "test", "source_fingerprint": source.fingerprint,
-            "classes": sorted(set(labels)), "items": items, "labels": labels}  # fmt: skip
-    write_json(root / "splits" / "v2.json",
-               TrainManifest(**body, fingerprint=fingerprint(body)).model_dump())  # fmt: skip
+    tiny_folder_split(root, 24, 4)
     for seed, (version, dim) in enumerate([("v1", 6), ("v2", 8)]):
         torch.manual_seed(seed)
         model = build_embedding_model("tiny", dim, in_channels=1, image_size=8)

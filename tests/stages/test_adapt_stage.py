@@ -9,10 +9,11 @@ import importlib.util
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
+
+from tests.conftest import tiny_folder_split
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,35 +36,11 @@ def _stage():
 def _project(root: Path, adapt: dict, same_weights: bool = False) -> None:
     """48 images of 8 classes, splits/v2.json, models/v1 and models/v2 (both dim 6; v2 is v1's
     weights again with ``same_weights``), params.yaml with ``adapt``."""
-    from PIL import Image
 
-    from compat.data.config import FolderData
-    from compat.data.sources import build_source
-    from compat.data.split import TrainManifest
-    from compat.io import fingerprint, write_json
     from compat.models.embedding import build_embedding_model
     from compat.models.version import save_version
 
-    rng = np.random.default_rng(0)
-    items, labels = [], []
-    for k in range(48):
-        lab = f"c{k % 8}"
-        path = root / "imgs" / lab / f"{k:03d}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(path)
-        items.append(f"{lab}/{k:03d}.png")
-        labels.append(lab)
-    source = build_source(FolderData(kind="folder", root=str(root / "imgs"), size=8), root / "data")
-    body = {
-        "name": "v2",
-        "scenario": "test",
-        "source_fingerprint": source.fingerprint,
-        "classes": sorted(set(labels)),
-        "items": items,
-        "labels": labels,
-    }
-    manifest = TrainManifest(**body, fingerprint=fingerprint(body))
-    write_json(root / "splits" / "v2.json", manifest.model_dump())
+    manifest = tiny_folder_split(root, 48, 8)
     for version in ("v1", "v2"):
         torch.manual_seed(0 if same_weights or version == "v1" else 1)
         model = build_embedding_model("tiny", 6, in_channels=1, image_size=8)
