@@ -251,7 +251,7 @@ def adapters() -> str:
             f"{pair(t.get('bct'), a.get('bct'))} | {100 * diff['value']:+.1f}, "
             f"{100 * diff['lower_bound']:+.1f} | "
             f"{recovery} | "
-            f"{fit['fit_seconds']:.1f} | {fit['apply_us_per_query']:.0f} |"
+            f"{fit['fit_seconds']:.1f} | {fit['apply_us_per_query']:.1f} |"
         )
     return "\n".join(rows)
 
