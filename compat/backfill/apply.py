@@ -169,13 +169,9 @@ def _read_map_card(psi_path: Path) -> Any:
     """psi's upgrade card, or the card of a :mod:`compat.maps` gallery map fitted between any
     two versions or embedding files (``compat adapt --role gallery-map``): both have what a
     backfill reads (``to``, ``out_dim``, ``weights_sha256``, ``is_refused``/``refused``)."""
-    from compat.maps.card import MAP_KINDS, read_map_card
+    from compat.maps.card import holds_map_card, read_map_card
 
-    try:
-        kind = json.loads((psi_path / "card.json").read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None  # read_upgrade_card names what is wrong
-    return read_map_card(psi_path) if kind in MAP_KINDS else read_upgrade_card(psi_path)
+    return read_map_card(psi_path) if holds_map_card(psi_path) else read_upgrade_card(psi_path)
 
 
 def _check_map(card: Any, source: str, target: str, dim: int | None, where: str) -> None:

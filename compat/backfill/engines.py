@@ -33,16 +33,13 @@ _PSI: dict[tuple[str, str, str], Any] = {}
 
 
 def _folded(psi_path: str, sha256: str, device: str) -> Any:
-    from compat.maps.card import MAP_KINDS
+    from compat.maps.card import holds_map_card
     from compat.models.upgrade import FoldedUpgrade, load_upgrade
 
     key = (psi_path, sha256, device)
     if key not in _PSI:
-        import json
-
-        card_json = json.loads((Path(psi_path) / "card.json").read_text(encoding="utf-8"))
-        if isinstance(card_json, dict) and card_json.get("kind") in MAP_KINDS:
-            from compat.maps import load_map  # a gallery map (its weights' sha256 checked)
+        if holds_map_card(psi_path):  # a fitted gallery map (its weights' sha256 checked)
+            from compat.maps import load_map
 
             fitted = load_map(psi_path, device)
             if fitted.card.weights_sha256 != sha256:

@@ -25,19 +25,6 @@ from compat.contracts.schema import Contract
 from compat.errors import BadInputError
 
 
-def _is_map(folder: Path) -> bool:
-    """Whether ``folder`` holds a :mod:`compat.maps` map (else: psi's upgrade folder)."""
-    import json
-
-    try:
-        data = json.loads((folder / "card.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False  # psi's reader names what is missing or wrong
-    from compat.maps.card import MAP_KINDS
-
-    return isinstance(data, dict) and data.get("kind") in MAP_KINDS
-
-
 def apply_map(
     folder: Path, rows: np.ndarray, rows_of: str, out_dim: int, role: str
 ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -98,7 +85,9 @@ def gallery_map_rows(
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     """The parent's rows mapped by a :mod:`compat.maps` gallery map in ``folder``, or None when
     the folder is psi's (an upgrade card, read by :func:`compat.registry.assemble.upgraded_parent`)."""
-    if not _is_map(folder):
+    from compat.maps.card import holds_map_card
+
+    if not holds_map_card(folder):
         return None
     new, parent = contract.version, contract.parent
     assert parent is not None
