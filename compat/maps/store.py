@@ -53,6 +53,33 @@ class Map:
         """Why the held-out check refused the map (None: kept)."""
         return None if self.card.refused is None else self.card.refused.reason
 
+    def check_serves(
+        self, role: str, in_dim: int, rows_of: str, out_dim: int | None = None
+    ) -> None:
+        """BadInputError (exit 4, naming the card) unless this map can be served as ``role``
+        on ``in_dim``-wide rows (``rows_of`` names them) into an ``out_dim``-wide space, and
+        its held-out check kept it when it was fitted: a refused map is never served."""
+        card = self.card
+        where = self.folder / CARD if self.folder is not None else "map"
+        if card.role != role:
+            raise BadInputError(
+                f"{where}: role: a {card.role} map, but a {role} map is needed here"
+            )
+        if card.in_dim != in_dim:
+            raise BadInputError(
+                f"{where}: in_dim: the map reads {card.in_dim}-dim rows, {rows_of} are {in_dim}-dim"
+            )
+        if out_dim is not None and card.out_dim != out_dim:
+            raise BadInputError(
+                f"{where}: out_dim: the map writes {card.out_dim}-dim rows, the space it must "
+                f"reach is {out_dim}-dim"
+            )
+        if self.refused is not None:
+            raise BadInputError(
+                f"{where}: refused: the map's held-out check refused it when it was fitted "
+                f"({self.refused}); a refused map is never served"
+            )
+
     def apply(self, x: np.ndarray, start: int = 0) -> np.ndarray:
         """Rows ``start ..`` of a matrix mapped: float32 (n, out_dim), L2-normalised; a row's
         bits do not depend on ``start`` or ``len(x)`` (:mod:`compat.models.rowblocks`)."""

@@ -123,23 +123,10 @@ def check_adapter(adapter: Path, card: ModelCard) -> int:
     """The out_dim of the query adapter in ``adapter``, after checking it can serve the version
     (BadInputError, exit 4, naming its card otherwise): a query adapter, reading the version's
     width, not refused when it was fitted."""
-    from compat.errors import BadInputError
     from compat.maps import load_map
 
     fitted = load_map(adapter)  # the weights' sha256 checked against the card
-    where = adapter / "card.json"
-    if fitted.card.role != "query-adapter":
-        raise BadInputError(f"{where}: role: a {fitted.card.role} map, not a query adapter")
-    if fitted.in_dim != card.dim:
-        raise BadInputError(
-            f"{where}: in_dim: the adapter reads {fitted.in_dim}-dim rows, {card.version} makes "
-            f"{card.dim}-dim embeddings"
-        )
-    if fitted.refused is not None:
-        raise BadInputError(
-            f"{where}: refused: the adapter's held-out check refused it ({fitted.refused}); a "
-            "refused map is never served"
-        )
+    fitted.check_serves("query-adapter", card.dim, f"{card.version}'s embeddings")
     return fitted.out_dim
 
 

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from compat.contracts.schema import Contract
-from compat.errors import BadInputError
 
 
 def apply_map(
@@ -34,25 +33,8 @@ def apply_map(
     from compat.maps import load_map
 
     fitted = load_map(folder)
-    card, where = fitted.card, folder / "card.json"
-    if card.role != role:
-        raise BadInputError(f"{where}: role: a {card.role} map, but a {role} map is needed here")
-    if card.in_dim != rows.shape[1]:
-        raise BadInputError(
-            f"{where}: in_dim: the map reads {card.in_dim}-dim rows, {rows_of} are "
-            f"{rows.shape[1]}-dim"
-        )
-    if card.out_dim != out_dim:
-        raise BadInputError(
-            f"{where}: out_dim: the map writes {card.out_dim}-dim rows, the space it must reach "
-            f"is {out_dim}-dim"
-        )
-    if fitted.refused is not None:
-        raise BadInputError(
-            f"{where}: refused: the map's held-out check refused it when it was fitted "
-            f"({fitted.refused}); a refused map is never served"
-        )
-    return fitted.apply(rows), card.provenance(folder)
+    fitted.check_serves(role, rows.shape[1], rows_of, out_dim)
+    return fitted.apply(rows), fitted.card.provenance(folder)
 
 
 def adapted_rows(
