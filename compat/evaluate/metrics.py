@@ -36,8 +36,12 @@ FPIRS = (0.1, 0.01)
 # Above this many positives in a chunk's busiest query, ranking sorts the row instead of
 # comparing every gallery score with every positive (cost n*P versus n*log n).
 _COMPARE_MAX_POSITIVES = 64
-# Bound on the boolean temporaries of the comparison path.
-_COMPARE_BYTES = 32 << 20
+# Bound on the boolean temporaries of the comparison path: small enough to stay in a core's
+# cache between the comparison and the count (32 MiB blocks ran ~2.5x slower, measured on an
+# 11k x 9k cell with 9 positives per query).
+_COMPARE_BYTES = 2 << 20
+# Bytes summed in one uint64 word lane before the lanes are split (a byte lane holds <= 255).
+_LANE_WORDS = 255
 
 
 def format_rate(rate: float) -> str:
@@ -254,15 +258,36 @@ def _positives_at_or_above(ps: np.ndarray, valid: np.ndarray) -> np.ndarray:
 
 def _count_at_or_above_compare(s: np.ndarray, ps: np.ndarray) -> np.ndarray:
     """#{gallery scores >= each positive score}: one comparison per (positive, gallery item)."""
+    nq, n = s.shape
     p_max = ps.shape[1]
     out = np.empty(ps.shape, dtype=np.int64)
-    step = max(1, _COMPARE_BYTES // max(1, p_max * s.shape[1]))
-    for a in range(0, s.shape[0], step):
-        b = a + step
-        hits = s[a:b, None, :] >= ps[a:b, :, None]
-        # Summing bytes with an int32 accumulator is ~2x faster than summing booleans.
-        out[a:b] = hits.view(np.uint8).sum(axis=2, dtype=np.int32)
+    step = max(1, _COMPARE_BYTES // max(1, p_max * n))
+    # Comparisons land in a zero-padded buffer whose rows are a whole number of uint64 words,
+    # so the count can add eight bytes per machine word (see _count_true_bytes).
+    width = -(-n // 8) * 8
+    buf = np.zeros((min(step, nq), p_max, width), dtype=bool)
+    for a in range(0, nq, step):
+        b = min(a + step, nq)
+        hits = buf[: b - a]
+        np.greater_equal(s[a:b, None, :], ps[a:b, :, None], out=hits[..., :n])
+        out[a:b] = _count_true_bytes(hits)
     return out
+
+
+def _count_true_bytes(hits: np.ndarray) -> np.ndarray:
+    """How many True in each row of a boolean array whose last axis is a multiple of 8.
+
+    Adds the bytes eight at a time as uint64 words (each byte lane sums at most
+    ``_LANE_WORDS`` ones, so no lane carries into the next), then adds the eight lanes. This
+    is ~2x faster than numpy's byte sum with a wider accumulator, which converts every byte;
+    tested against ``hits.sum(axis=-1)``.
+    """
+    words = hits.view(np.uint64)
+    total = np.zeros(words.shape[:-1], dtype=np.int64)
+    for lo in range(0, words.shape[-1], _LANE_WORDS):
+        lanes = words[..., lo : lo + _LANE_WORDS].sum(axis=-1, dtype=np.uint64)
+        total += lanes.view(np.uint8).reshape(*lanes.shape, 8).sum(axis=-1, dtype=np.int64)
+    return total
 
 
 def _count_at_or_above_sort(s: np.ndarray, ps: np.ndarray, n_pos: np.ndarray) -> np.ndarray:

@@ -157,6 +157,22 @@ def test_many_positives_take_the_sort_path():
     np.testing.assert_allclose(auto.ap, cmp.ap)
 
 
+@pytest.mark.parametrize("n", [4093, 4096, 17])
+def test_compare_counts_equal_a_plain_count_across_word_lanes_and_blocks(n, monkeypatch):
+    """The word-lane count (eight bytes per uint64) against numpy's count: widths that are not
+    a multiple of 8 (padding), rows long enough that a byte lane spans several 255-word
+    blocks and holds > 255 ones in all, and blocks of rows smaller than the query count."""
+    rng = np.random.default_rng(2)
+    s = rng.integers(0, 50, (37, n)).astype(np.float32)  # ties on purpose
+    ps = -np.sort(-rng.integers(0, 50, (37, 5)).astype(np.float32), axis=1)
+    ps[3, 2:] = -np.inf  # padding slots count every score, as -inf thresholds do
+    want = (s[:, None, :] >= ps[:, :, None]).sum(axis=2)
+    monkeypatch.setattr(M, "_COMPARE_BYTES", 5 * n * 4)  # 4 queries per block: 10 blocks
+    np.testing.assert_array_equal(M._count_at_or_above_compare(s, ps), want)
+    words = np.ones((2, 3, 8 * 700), dtype=bool)  # 700 words per row: 3 lane blocks
+    np.testing.assert_array_equal(M._count_true_bytes(words), np.full((2, 3), 8 * 700))
+
+
 def test_metrics_do_not_modify_inputs():
     scores = np.array([[0.3, 0.2]])
     same = np.array([[T, F]])
