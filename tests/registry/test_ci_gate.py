@@ -2,7 +2,7 @@
 each one's effect, and a test fails when the script accepts an option this file does not cover.
 
 The end-to-end run against a DVC remote and an mlflow server on PostgreSQL is in
-tests/registry/test_shared.py."""
+tests/registry/test_shared.py (marked slow: `pytest -m slow`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Issue 29 item 1: the read commands read the registry without mlflow
 (:mod:`compat.registry.reader`), and every answer equals the slow reference, MlflowClient's
-(``Registry(read_only=True)``), on a registry written by the normal path."""
+(``Registry(read_only=True)``), on a registry written by the normal path. The same on a real
+mlflow server and its PostgreSQL database is in test_shared.py, which starts that server once."""
 
 from __future__ import annotations
 
@@ -94,26 +95,6 @@ def test_the_reader_answers_as_mlflow_on_a_named_sqlite_file(project, tmp_path, 
     missing = f"sqlite:///{tmp_path / 'none.db'}"
     assert RegistryReader(missing).versions() == []  # and no file made
     assert not (tmp_path / "none.db").exists()
-
-
-def test_the_reader_answers_as_mlflow_on_a_server_and_its_database(
-    shared_server, project, monkeypatch
-):
-    """The shared deployment (tests/registry/pgserver.py): the REST API of a real mlflow
-    server, and its PostgreSQL database named as the tracking URI."""
-    import shutil
-
-    shared_server.reset()
-    for key, value in shared_server.env.items():
-        monkeypatch.setenv(key, value)
-    shutil.rmtree(project.root / "registry")
-    _story(project)
-    server, database = shared_server.server.uri, shared_server.pg.url
-    _same_answers(RegistryReader(server), Registry(server, read_only=True))
-    _same_answers(RegistryReader(database), Registry(server, read_only=True))
-    _same_commands(monkeypatch)
-    run_id = Registry(server).get("v2").run_id
-    assert RegistryReader(server).run_url(run_id) == Registry(server).run_url(run_id)
 
 
 READ_ONLY_SCRIPT = """

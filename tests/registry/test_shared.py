@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_reader import _same_answers, _same_commands, _story
 from typer.testing import CliRunner
 
 from compat.cli.main import app
+from compat.registry.reader import RegistryReader
 from compat.registry.store import Registry
 
 runner = CliRunner()
@@ -77,6 +79,9 @@ def _chain(project):
     assert r.exit_code == 0, r.output
 
 
+# The default run races three copies on the server (test_two_candidates_race); eight copies of
+# one promotion, each a process importing compat and MLflow, are the long check.
+@pytest.mark.slow
 def test_eight_copies_race_one_promotion(shared, project, tmp_path_factory, monkeypatch):
     _chain(project)
     project.register("v3", parent="v2", noise=0.5, seed=3)
@@ -110,10 +115,10 @@ def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
     _chain(project)
     project.register("v3a", parent="v2", noise=0.5, seed=3)
     project.register("v3b", parent="v2", noise=0.5, seed=4)
-    copies = _copies(project, tmp_path_factory, 4)
+    copies = _copies(project, tmp_path_factory, 3)
     procs = {
         (c, name): _spawn(["promote", name, "--against", "v2", "--bootstrap", "50"], c, shared.env)
-        for c, name in zip(copies, ["v3a", "v3b", "v3a", "v3b"], strict=True)
+        for c, name in zip(copies, ["v3a", "v3b", "v3a"], strict=True)
     }
     results = {k: (p.wait(timeout=600), p.stderr.read()) for k, p in procs.items()}
     winner = Registry().production()
@@ -203,6 +208,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
     )
 
 
+# Every option of the script runs in the default suite, in-process on a local registry
+# (tests/registry/test_ci_gate.py); this run through DVC and the server is the long check.
+@pytest.mark.slow
 def test_ci_gate_script_end_to_end(shared, project, tmp_path_factory, monkeypatch):
     """The workflow's gate (scripts/ci_gate.py) on a fresh CI checkout: the versions come from
     a DVC remote, every version the contract needs is registered, production moves once."""
@@ -299,3 +307,15 @@ def test_a_stalled_log_table_is_an_error_within_the_statement_timeout(shared, mo
         with pytest.raises(InfrastructureError, match=r"unreachable \(read\): .*statement timeout"):
             ledger.lines()
         assert time.monotonic() - started < 10
+
+
+def test_the_reader_answers_as_mlflow_on_a_server_and_its_database(shared, project, monkeypatch):
+    """The reader (test_reader.py) on the shared deployment: the REST API of a real mlflow
+    server, and its PostgreSQL database named as the tracking URI."""
+    _story(project)
+    server, database = shared.server.uri, shared.pg.url
+    _same_answers(RegistryReader(server), Registry(server, read_only=True))
+    _same_answers(RegistryReader(database), Registry(server, read_only=True))
+    _same_commands(monkeypatch)
+    run_id = Registry(server).get("v2").run_id
+    assert RegistryReader(server).run_url(run_id) == Registry(server).run_url(run_id)
