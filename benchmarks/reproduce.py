@@ -225,7 +225,7 @@ def main() -> int:
         return None if g.gain.value is None else 100 * g.gain.value
 
     def passes(name: str) -> bool:
-        """BCT Eq. 1 on top-1 and mAP: M(new, old) - M(old, old) > 0."""
+        """BCT Eq. 2 on top-1 and mAP: M(new, old) - M(old, old) > 0."""
         return all(
             comparison.difference((name, "old"), ("old", "old"), m).value > 0
             for m in ("top1", "mAP")

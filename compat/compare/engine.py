@@ -6,7 +6,7 @@ forward/BiCT section, the ``compat promote`` gate, the benchmark reproduction, t
 summary) is a formatter over :func:`compare`; none of them computes an interval, a difference,
 a bound or a gain itself.
 
-* The criterion of BCT (Shen et al., CVPR 2020, Eq. 1) is M(new, old) > M(old, old): a
+* The criterion of BCT (Shen et al., CVPR 2020, Eq. 2) is M(new, old) > M(old, old): a
   :meth:`Comparison.difference` of the cells ``(new, old)`` and ``(old, old)`` whose lower
   bound at the required confidence must clear the margin.
 * The update gain is BCT Eq. 9, (M(new, old) - M(old, old)) / (M(new*, new*) - M(old, old)):
@@ -126,7 +126,7 @@ class Comparison:
     def difference(
         self, key: Hashable, baseline: Hashable, metric: str, confidence: float | None = None
     ) -> Difference:
-        """M(key) - M(baseline), e.g. M(new, old) - M(old, old) of BCT Eq. 1."""
+        """M(key) - M(baseline), e.g. M(new, old) - M(old, old) of BCT Eq. 2."""
         value = self.value(key, metric) - self.value(baseline, metric)
         if not self.resampled:
             return Difference(value, None, None)

@@ -3,7 +3,7 @@
 For each criterion and each served gallery (the parent, then every ``transitive`` ancestor) the
 two matrix cells named by ``require`` are measured on the evaluation set with the same queries,
 and the criterion holds when their difference exceeds the margin (BCT, Shen et al. CVPR 2020,
-Eq. 1: M(new, old) > M(old, old)), and, with ``confidence``, when the one-sided lower bound of a
+Eq. 2: M(new, old) > M(old, old)), and, with ``confidence``, when the one-sided lower bound of a
 paired bootstrap over queries does too. The update gain against the paragon is BCT Eq. 9.
 
 The verdict is a formatter over the comparison engine (:func:`compat.compare.engine.compare`):
@@ -420,7 +420,7 @@ def _check(
         )
     if criterion.confidence is not None and resamples <= 0:
         raise BadInputError(f"criterion {p} {m}: confidence needs bootstrap resamples > 0")
-    # BCT Eq. 1 with a margin: M(lhs) - M(rhs) > margin, and its one-sided lower bound too.
+    # BCT Eq. 2 with a margin: M(lhs) - M(rhs) > margin, and its one-sided lower bound too.
     diff = comparison.difference(lhs, rhs, m, criterion.confidence)
     passed = bool(not math.isnan(diff.value) and diff.value > criterion.margin)  # strict
     bound = None

@@ -10,7 +10,7 @@ embeddings meet that ancestor's gallery (``truncate``: BCT's first d_old coordin
 embedding, then L2-normalised; ``pad``: the old rows zero-padded; :mod:`compat.embeddings.dims`).
 
 A criterion compares two cells of the compatibility matrix, M(query version, gallery version)
-(BCT, Shen et al. CVPR 2020, Eq. 1: M(new, old) > M(old, old)). The terms of ``require`` are:
+(BCT, Shen et al. CVPR 2020, Eq. 2: M(new, old) > M(old, old)). The terms of ``require`` are:
 
 - ``cross``: M(new, parent): new queries against the parent's gallery (backward compatibility);
 - ``self_parent``: M(parent, parent): what the service has today;

@@ -16,7 +16,7 @@ For each map of ``evaluate.adapters`` (a :mod:`compat.maps` map of role ``query-
 with paired bootstrap intervals (:func:`compat.compare.engine.compare`, one call per protocol,
 stream = the protocol's name, exactly as :mod:`compat.evaluate.forward`); ``adapted_minus_old``
 with its one-sided lower bound at the config's confidence and ``passes``, whether that bound is
-above 0: BCT's criterion (Shen et al., CVPR 2020, Eq. 1) for the adapted queries, judged as the
+above 0: BCT's criterion (Shen et al., CVPR 2020, Eq. 2) for the adapted queries, judged as the
 gate judges it; ``adapted_minus_native``; ``gain``, BCT Eq. 9 with the new model's self test as
 the denominator, (M(adapt(new), old) - M(old, old)) / (M(new, new) - M(old, old)): the share of a
 full backfill's benefit the adapter keeps; and ``recovery``, M(adapt(new), old) / M(v, old), the

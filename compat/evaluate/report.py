@@ -194,7 +194,7 @@ def _fill_metric(
     comparison: Comparison,
     config: EvaluateConfig,
 ) -> None:
-    """Matrix, intervals, differences M(new, old) - M(old, old) (BCT Eq. 1), update gains
+    """Matrix, intervals, differences M(new, old) - M(old, old) (BCT Eq. 2), update gains
     (BCT Eq. 9) and sequence metrics of one metric, formatted from the comparison."""
     for q, g in comparison:
         _nested(report["matrix"], protocol, metric, q)[g] = num(comparison.value((q, g), metric))

@@ -41,6 +41,13 @@ class BCTParams(MethodParams):
         "embeddings) added to Eq. 8; 0 is the paper's BCT (docs/reference.md, bct)",
     )
     new_classes: Literal["synthesize", "drop"] = "synthesize"
+    synthesis: Literal["normalised", "mean"] = Field(
+        "normalised",
+        description="how a synthesized row is made (new_classes: synthesize): 'normalised' "
+        "(compat's default) the normalised mean of the parent's normalised embeddings, scaled to "
+        "the old rows' mean norm, bias the old biases' mean; 'mean' the paper's and openBCT's "
+        "form, the plain mean of the parent's (unit) embeddings, bias 0 (docs/reference.md, bct)",
+    )
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
 
 
@@ -52,7 +59,7 @@ class BCT(CompatLoss):
 
     def __init__(self, params: BCTParams) -> None:
         super().__init__(params)
-        self.old = OldClassifier(params.new_classes, params.dim_mismatch)
+        self.old = OldClassifier(params.new_classes, params.dim_mismatch, params.synthesis)
 
     # The parent backbone runs per batch only for the alignment term.
     @property

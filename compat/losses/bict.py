@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from pydantic import Field
 
 from compat.functional.regression import l2
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step
@@ -35,6 +36,13 @@ class BiCTParams(MethodParams):
     form: Literal["regression", "classification", "cosine"] = "regression"
     normalize: bool = True  # regression form: regress L2-normalised embeddings
     new_classes: Literal["synthesize", "drop"] = "synthesize"  # classification form
+    synthesis: Literal["normalised", "mean"] = Field(
+        "normalised",
+        description="how a synthesized row is made (new_classes: synthesize): 'normalised' "
+        "(compat's default) the normalised mean of the parent's normalised embeddings, scaled to "
+        "the old rows' mean norm, bias the old biases' mean; 'mean' the paper's and openBCT's "
+        "form, the plain mean of the parent's (unit) embeddings, bias 0 (docs/reference.md, bct)",
+    )
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
 
 
@@ -46,7 +54,7 @@ class BiCT(CompatLoss):
         super().__init__(params)
         self.old: OldClassifier | None = None
         if params.form == "classification":
-            self.old = OldClassifier(params.new_classes, params.dim_mismatch)
+            self.old = OldClassifier(params.new_classes, params.dim_mismatch, params.synthesis)
 
     # Which parent parts are needed depends on the form, so these are per instance.
     @property

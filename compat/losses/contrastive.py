@@ -1,5 +1,5 @@
 """contrastive: InfoNCE between the new and the parent's embeddings (UniBCT, IJCAI 2022, Eq. 12;
-BiCT's supervised-contrastive variant):
+one positive per anchor, so not supervised-contrastive, which counts every same-class one):
 
     L_i = -log( exp(<n_i, o_i> / tau) / sum_{j : j = i or y_j != y_i} exp(<n_i, o_j> / tau) ),
 

@@ -1,9 +1,13 @@
 """The parent's classifier, frozen and re-indexed to the new version's classes (BCT, Eq. 8).
 
 BCT's influence loss scores new embeddings with the old classifier. Classes the parent never saw
-have no old weights; BCT either synthesizes them ("sys": the normalised mean of the parent's
-normalised embeddings of that class's training images, appended to W_old) or drops their samples
-from the influence term. A d-Simplex parent needs neither: its K vertices are pre-allocated, and a
+have no old weights; BCT either synthesizes them ("sys", Sec. 3.3) or drops their samples from the
+influence term. A synthesized row is, by default (``synthesis="normalised"``), the normalised
+mean of the parent's normalised embeddings of that class's training images, scaled to the old
+rows' mean norm with the old biases' mean as its bias (a plain mean of raw features has another
+scale than the trained rows of a linear head); ``synthesis="mean"`` is the paper's and openBCT's
+row, the plain mean of the parent's (L2-normalised) embeddings, neither re-normalised nor
+rescaled, bias 0. A d-Simplex parent needs neither: its K vertices are pre-allocated, and a
 new version's class order extends its parent's, so new classes take the next free vertices.
 """
 
@@ -30,9 +34,15 @@ class OldClassifier(nn.Module):
     embeddings (the parent's own dim), for KD-style terms.
     """
 
-    def __init__(self, new_classes: str = "synthesize", dim_mismatch: str = "truncate") -> None:
+    def __init__(
+        self,
+        new_classes: str = "synthesize",
+        dim_mismatch: str = "truncate",
+        synthesis: str = "normalised",
+    ) -> None:
         super().__init__()
         self.new_classes = new_classes
+        self.synthesis = synthesis
         self.dim_mismatch = dim_mismatch
         self.head: Head | None = None
         self.teacher: Head | None = None
@@ -87,11 +97,17 @@ class OldClassifier(nn.Module):
         rows = torch.nonzero(slot[ctx.targets] >= 0).flatten()
         # Un-augmented images, embedded once per run by the frozen parent.
         feats = ctx.parent.features(ctx.images[rows], key="bct-synthesize").cpu()
-        # A softmax classifier's rows are not unit vectors: match the old rows' mean norm.
-        norm = float(weight.norm(dim=1).mean()) if bias is not None else 1.0
-        synth = synthesized_rows(feats, slot[ctx.targets[rows]], len(new_cls), norm=norm)
+        labels = slot[ctx.targets[rows]]
+        if self.synthesis == "mean":  # the paper's and openBCT's row: the plain class mean
+            synth = class_means(feats.float(), labels, len(new_cls))
+            new_bias = torch.zeros(len(new_cls))
+        else:
+            # A softmax classifier's rows are not unit vectors: match the old rows' mean norm.
+            norm = float(weight.norm(dim=1).mean()) if bias is not None else 1.0
+            synth = synthesized_rows(feats, labels, len(new_cls), norm=norm)
+            new_bias = bias.mean().expand(len(new_cls)) if bias is not None else None
         if bias is not None:
-            bias = torch.cat([bias, bias.mean().expand(len(new_cls))])
+            bias = torch.cat([bias, new_bias])
         index[new_cls] = k_old + torch.arange(len(new_cls))
         self.num_synthesized = len(new_cls)
         return torch.cat([weight, synth]), bias

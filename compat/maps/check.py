@@ -8,7 +8,7 @@ scored by compat's own identification protocol (:mod:`compat.evaluate.protocols`
 ties) for the map and for its baseline, on the same queries. The paired bootstrap of the
 comparison engine (:func:`compat.compare.engine.compare`; percentile, one-sided) gives the lower bound
 of the difference; the map is kept only when that bound at ``confidence`` is above
-``min_gain`` (BCT's criterion, Shen et al. CVPR 2020 Eq. 1, read for "with the map" against
+``min_gain`` (BCT's criterion, Shen et al. CVPR 2020 Eq. 2, read for "with the map" against
 "without it").
 
 Retrieval. With labels: class retrieval, each query searching every held-out gallery row but

@@ -11,7 +11,7 @@ triangle, with its sequence metrics in the title), and prints a Markdown table o
 A formatter over the evaluate stage's reports, which the comparison engine
 (:mod:`compat.compare`) made: the matrices are read back with
 :func:`compat.compare.matrix.as_array`, AA of a leading block is :func:`compat.compare.matrix.aa`
-and a cross test is marked when the report's difference M[i][j] - M[j][j] (BCT Eq. 1) is
+and a cross test is marked when the report's difference M[i][j] - M[j][j] (BCT Eq. 2) is
 positive; nothing here recomputes an interval, a difference or a gain.
 Usage (from experiments/sequence): ``python summarize.py [--metric top1]``.
 """
@@ -50,7 +50,7 @@ def matrix(report: dict[str, Any], protocol: str, metric: str) -> np.ndarray:
 
 
 def compatible(report: dict[str, Any], protocol: str, metric: str) -> set[tuple[int, int]]:
-    """(i, j) of the cross tests whose difference M[i][j] - M[j][j] is positive (BCT Eq. 1)."""
+    """(i, j) of the cross tests whose difference M[i][j] - M[j][j] is positive (BCT Eq. 2)."""
     chain = report["chain"]
     rows = report.get("difference", {}).get(protocol, {}).get(metric, {})
     return {

@@ -147,6 +147,43 @@ def test_bct_softmax_parent_synthesized_rows_match_old_norms():
     assert torch.allclose(loss.old.head.fc.weight[2], torch.tensor([2 * R, 2 * R]), atol=1e-6)
 
 
+def test_bct_paper_synthesis_is_the_plain_mean_with_bias_zero():
+    """synthesis: mean (BCT Sec. 3.3, openBCT): the plain class mean of the parent's (unit)
+    embeddings, neither re-normalised nor rescaled; a linear head's new bias is 0, not the old
+    biases' mean."""
+    parent = pixel_parent(["a", "b"], [[2.0, 0.0], [0.0, 2.0]], head="softmax")
+    with torch.no_grad():
+        parent.head.fc.bias.copy_(torch.tensor([0.5, 1.5]))
+    # class c: embeddings (1, 1) / sqrt 2 and (1, -1) / sqrt 2: plain mean (R, 0); the default's
+    # row is that mean normalised, (1, 0), scaled to the old rows' norm 2
+    ctx = context(parent, ["a", "b", "c"], pixels((255, 255), (255, 0)), ["c", "c"], dim=2)
+    paper = create_loss("bct", {"synthesis": "mean"})
+    paper.prepare(ctx)
+    assert torch.allclose(paper.old.head.fc.weight[2], torch.tensor([R, 0.0]), atol=1e-6)
+    assert paper.old.head.fc.bias.tolist() == [0.5, 1.5, 0.0]
+    default = create_loss("bct")
+    default.prepare(ctx)
+    assert torch.allclose(default.old.head.fc.weight[2], torch.tensor([2.0, 0.0]), atol=1e-6)
+    assert default.old.head.fc.bias.tolist() == [0.5, 1.5, 1.0]
+    with pytest.raises(BadInputError, match="synthesis"):
+        create_loss("bct", {"synthesis": "median"})
+
+
+def test_l2_on_old_classes_regresses_only_what_the_parent_was_trained_on():
+    """on: old-classes (BCT Eq. 3 sums over T_old): class c is new, its sample is left out."""
+    parent = pixel_parent(["a", "b"], OLD_W)
+    ctx = context(parent, ["a", "b", "c"], pixels((0, 0)), ["a"])
+    paper = create_loss("l2", {"on": "old-classes", "normalize": False})
+    paper.prepare(ctx)
+    new, old = [[2.0, 0.0], [5.0, 5.0]], [[0.0, 0.0], [0.0, 0.0]]
+    parts = paper(step(new, [0, 2], old))
+    assert parts["l2"].item() == pytest.approx(0.5 * 4.0)  # the class-a row alone
+    everything = create_loss("l2", {"normalize": False})(step(new, [0, 2], old))
+    assert everything["l2"].item() == pytest.approx(0.5 * (4.0 + 50.0) / 2)
+    none = paper(step([[5.0, 5.0]], [2], [[0.0, 0.0]]))
+    assert none["l2"].item() == 0.0 and none["l2"].requires_grad is False
+
+
 def kl(teacher, student, t=1.0):
     """T^2 KL(softmax(teacher / T) || softmax(student / T)) by hand."""
     zt = sum(math.exp(v / t) for v in teacher)
