@@ -29,7 +29,7 @@ from pydantic import Field
 
 from compat.functional.regression import l2 as l2_regression
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step
-from compat.losses.old_classifier import OldClassifier
+from compat.losses.old_classifier import OldClassifier, Synthesis
 
 
 class BCTParams(MethodParams):
@@ -41,13 +41,7 @@ class BCTParams(MethodParams):
         "embeddings) added to Eq. 8; 0 is the paper's BCT (docs/reference.md, bct)",
     )
     new_classes: Literal["synthesize", "drop"] = "synthesize"
-    synthesis: Literal["normalised", "mean"] = Field(
-        "normalised",
-        description="how a synthesized row is made (new_classes: synthesize): 'normalised' "
-        "(compat's default) the normalised mean of the parent's normalised embeddings, scaled to "
-        "the old rows' mean norm, bias the old biases' mean; 'mean' the paper's and openBCT's "
-        "form, the plain mean of the parent's (unit) embeddings, bias 0 (docs/reference.md, bct)",
-    )
+    synthesis: Synthesis = "normalised"
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
 
 

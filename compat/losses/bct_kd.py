@@ -20,24 +20,17 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import Field
 
 from compat.functional.influence import bct_kd
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step
-from compat.losses.old_classifier import OldClassifier
+from compat.losses.old_classifier import OldClassifier, Synthesis
 
 
 class BCTKDParams(MethodParams):
     lam: float = 1.0
     temperature: float = 1.0
     new_classes: Literal["synthesize", "old-only"] = "old-only"
-    synthesis: Literal["normalised", "mean"] = Field(
-        "normalised",
-        description="how a synthesized row is made (new_classes: synthesize): 'normalised' "
-        "(compat's default) the normalised mean of the parent's normalised embeddings, scaled to "
-        "the old rows' mean norm, bias the old biases' mean; 'mean' the paper's and openBCT's "
-        "form, the plain mean of the parent's (unit) embeddings, bias 0 (docs/reference.md, bct)",
-    )
+    synthesis: Synthesis = "normalised"
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
 
 

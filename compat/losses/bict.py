@@ -24,11 +24,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
 
 from compat.functional.regression import l2
 from compat.losses.base import CompatLoss, MethodContext, MethodParams, Step
-from compat.losses.old_classifier import OldClassifier
+from compat.losses.old_classifier import OldClassifier, Synthesis
 
 
 class BiCTParams(MethodParams):
@@ -36,13 +35,7 @@ class BiCTParams(MethodParams):
     form: Literal["regression", "classification", "cosine"] = "regression"
     normalize: bool = True  # regression form: regress L2-normalised embeddings
     new_classes: Literal["synthesize", "drop"] = "synthesize"  # classification form
-    synthesis: Literal["normalised", "mean"] = Field(
-        "normalised",
-        description="how a synthesized row is made (new_classes: synthesize): 'normalised' "
-        "(compat's default) the normalised mean of the parent's normalised embeddings, scaled to "
-        "the old rows' mean norm, bias the old biases' mean; 'mean' the paper's and openBCT's "
-        "form, the plain mean of the parent's (unit) embeddings, bias 0 (docs/reference.md, bct)",
-    )
+    synthesis: Synthesis = "normalised"
     dim_mismatch: Literal["truncate", "pad"] = "truncate"
 
 

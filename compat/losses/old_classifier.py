@@ -13,8 +13,11 @@ new version's class order extends its parent's, so new classes take the next fre
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from compat.errors import BadInputError
@@ -23,6 +26,17 @@ from compat.functional.influence import bct_influence
 from compat.functional.prototypes import class_means, synthesized_rows
 from compat.losses.base import MethodContext
 from compat.models.heads import DSimplex, Head, Softmax
+
+# The ``synthesis`` param of every method that synthesizes old rows (bct, bict, bct-kd).
+Synthesis = Annotated[
+    Literal["normalised", "mean"],
+    Field(
+        description="how a synthesized row is made (new_classes: synthesize): 'normalised' "
+        "(compat's default) the normalised mean of the parent's normalised embeddings, scaled to "
+        "the old rows' mean norm, bias the old biases' mean; 'mean' the paper's and openBCT's "
+        "form, the plain mean of the parent's (unit) embeddings, bias 0 (docs/reference.md, bct)"
+    ),
+]
 
 
 class OldClassifier(nn.Module):
@@ -130,4 +144,4 @@ def _to(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if t is None else t.to(device)
 
 
-__all__ = ["OldClassifier", "class_means"]
+__all__ = ["OldClassifier", "Synthesis", "class_means"]
