@@ -277,7 +277,63 @@ def _result5() -> dict[str, str]:
     }
 
 
+BICT = "experiments/bict/results/lambda.json"
+
+
+def _spread(s: dict[str, float], n: int) -> str:
+    """``mean [min, max]`` over seeds in percent; one seed (or all seeds equal): the value."""
+    if n == 1 or s["min"] == s["max"]:
+        return pct(s["mean"])
+    return f"{pct(s['mean'])} [{pct(s['min'])}, {pct(s['max'])}]"
+
+
+def _by_lambda(per: dict[str, Any]) -> dict[str, Any]:
+    return dict(sorted(per.items(), key=lambda kv: kv[1]["lambda"]))
+
+
 def _result7() -> dict[str, str]:
+    """The lambda sweep as experiments/bict/summarize.py judged it (results/lambda.json: the
+    rules are there and in results/lambda.md)."""
+    if not (ROOT / BICT).exists():
+        return _result7_single_run()
+    s = _json(BICT)
+    per, peak = _by_lambda(s["lambda"]), s["peak"]
+    key = f"{peak['lambda']:g}"
+    shown = [f"{n['lambda']:g}" for n in peak["neighbours"]] + [key]
+    backward = ", ".join(
+        f"{_spread(per[k]['top1']['backward'], len(per[k]['seeds']))} ({k})"
+        for k in sorted(shown, key=float)
+    )
+    above = [f"{n['lambda']:g}" for n in peak["neighbours"] if n["above_spread"]]
+    within = [f"{n['lambda']:g}" for n in peak["neighbours"] if not n["above_spread"]]
+    spread = "; ".join(
+        [f"above the seed spread of lambda {' and '.join(above)}"] * bool(above)
+        + [f"within {'that' if above else 'the seed spread'} of lambda {' and '.join(within)}"]
+        * bool(within)
+    )
+    counts = ", ".join(f"{r['forward_above_backward']}/{len(r['seeds'])}" for r in per.values())
+    refused = ", ".join(
+        f"{r['psi_refused']}/{len(r['seeds'])} seeds at lambda {k}"
+        for k, r in per.items()
+        if r["psi_refused"]
+    )
+    verdict = s["verdict"] + (f" ({'; '.join(s['reasons'])})" if s["reasons"] else "")
+    return {
+        "result": "7 bict lambda",
+        "expected": "M(new, old) peaks at an intermediate lambda; forward beats backward at small lambda",
+        "measured": (
+            f"backward top-1 by lambda, mean [min, max] over seeds: {backward}; peak at lambda "
+            f"{key}{f' ({spread})' if spread else ''}; forward above backward on {counts} seeds "
+            f"(lambda {', '.join(per)}); psi refused on {refused or 'no point'} "
+            "(experiments/bict/results/lambda.md, with the rules)"
+        ),
+        "verdict": verdict,
+    }
+
+
+def _result7_single_run() -> dict[str, str]:
+    """Row 7 from the single-seed lambda.md of before the seeded sweep (no lambda.json yet);
+    unused once the sweep's results are committed."""
     rows = _lambda_rows()
     back = {r["lambda"]: float(r["backward"].split(" / ")[0]) for r in rows}
     lams = list(back)
@@ -316,12 +372,36 @@ def _result8() -> dict[str, str]:
     }
 
 
-def reproduction() -> str:
-    """Results 1-8: 1-4 and 6 from benchmarks/results/reproduction.json (rows written by
-    benchmarks/reproduce.py from its cells), 5 from the default chain, 7 and 8 from the
-    experiments."""
-    rep = _json("benchmarks/results/reproduction.json")
-    by_number = {r["result"].split()[0]: r for r in rep["rows"]}
+REPRODUCTION = ROOT / "benchmarks" / "results" / "reproduction.json"
+
+
+def _reproduce() -> Any:
+    """benchmarks/reproduce.py as a module: its summarize/setting_text turn the per-seed numbers
+    into rows (the same functions write benchmarks/results/reproduction.md)."""
+    import importlib.util
+
+    if "reproduce" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks" / "reproduce.py")  # fmt: skip
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["reproduce"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["reproduce"]
+
+
+def reproduction(path: Path | None = None) -> str:
+    """Results 1-8: 1-4 and 6 from benchmarks/results/reproduction.json (``path``), re-derived
+    from its per-seed numbers by benchmarks/reproduce.py's summarize, 5 from the default chain,
+    7 and 8 from the experiments. A single-run file of before the seeds (no ``runs``) gives its
+    stored rows."""
+    rep = json.loads((path or REPRODUCTION).read_text(encoding="utf-8"))
+    seeded = "runs" in rep
+    if seeded:
+        by_number = {r["result"].split()[0]: r for r in _reproduce().summarize(rep)}
+    else:
+        by_number = {
+            r["result"].split()[0]: {**r, "verdict": "held" if r["held"] else "did not hold"}
+            for r in rep["rows"]
+        }
     rows = []
     for n in "12345678":
         if n == "5":
@@ -331,20 +411,33 @@ def reproduction() -> str:
         elif n == "8":
             rows.append(_result8())
         else:
-            r = by_number[n]
-            rows.append({**r, "verdict": "held" if r["held"] else "did not hold"})
+            rows.append(by_number[n])
+    over = ""
+    if seeded:
+        k = len(rep["runs"])
+        over = f"; 1-4 and 6: mean [min, max] over {k} seed{'s' * (k != 1)}"
     lines = [
-        "| expected result (docs/reference.md) | expected | measured (top-1 / mAP %, cross = M(new, old)) | |",
+        f"| expected result (docs/reference.md) | expected | measured (top-1 / mAP %, cross = M(new, old){over}) | |",
         "|---|---|---|---|",
     ]
     lines += [
         f"| {r['result']} | {r['expected']} | {r['measured']} | {r['verdict']} |" for r in rows
     ]
+    if seeded:
+        note = (
+            "Results 1-4 and 6 (`benchmarks/results/reproduction.json`; the rules and the paired "
+            "differences of every seed in `benchmarks/results/reproduction.md`): "
+            + _reproduce().setting_text(rep)
+            + " Result 5: the default chain's committed run (`metrics/compat.json`, one seed); "
+            "7 and 8: `experiments/bict/` and `experiments/sequence/`."
+        )
+        lines += ["", *_wrap(note)]
     return "\n".join(lines)
 
 
 def _lambda_rows() -> list[dict[str, str]]:
-    """The rows of experiments/bict/results/lambda.md (written by experiments/bict/summarize.py)."""
+    """The rows of the single-seed experiments/bict/results/lambda.md of before the seeded sweep
+    (read only while results/lambda.json is absent)."""
     text = (ROOT / "experiments" / "bict" / "results" / "lambda.md").read_text(encoding="utf-8")
     rows = []
     for line in text.splitlines():
@@ -355,14 +448,28 @@ def _lambda_rows() -> list[dict[str, str]]:
 
 
 def bict_lambda() -> str:
+    """Per lambda: each cell's top-1 mean [min, max] over seeds / mAP mean, forward above
+    backward on how many seeds, psi refused on how many (experiments/bict/results/lambda.json)."""
+    cells = ("old", "backward", "forward", "self")
+    head = "| lambda | M(v1, v1) | backward M(v2, v1) | forward M(v2, psi(v1)) | self M(v2, v2) |"
+    if not (ROOT / BICT).exists():
+        lines = [head, "|---|---|---|---|---|"]
+        lines += [
+            f"| {r['lambda']} | {r['old']} | {r['backward']} | {r['forward']} | {r['self']} |"
+            for r in _lambda_rows()
+        ]
+        return "\n".join(lines)
+    per = _by_lambda(_json(BICT)["lambda"])
     lines = [
-        "| lambda | M(v1, v1) | backward M(v2, v1) | forward M(v2, psi(v1)) | self M(v2, v2) |",
-        "|---|---|---|---|---|",
+        "| lambda | seeds" + head.removeprefix("| lambda") + " forward > backward | psi refused |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {r['lambda']} | {r['old']} | {r['backward']} | {r['forward']} | {r['self']} |"
-        for r in _lambda_rows()
-    ]
+    for key, r in per.items():
+        n = len(r["seeds"])
+        row = [key, ", ".join(map(str, r["seeds"]))]
+        row += [f"{_spread(r['top1'][c], n)} / {pct(r['mAP'][c]['mean'])}" for c in cells]
+        row += [f"{r['forward_above_backward']}/{n}", f"{r['psi_refused']}/{n}"]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
