@@ -293,7 +293,7 @@ def _by_lambda(per: dict[str, Any]) -> dict[str, Any]:
 
 def _result7() -> dict[str, str]:
     """The lambda sweep as experiments/bict/summarize.py judged it (results/lambda.json: the
-    rules are there and in results/lambda.md)."""
+    rules are there and in experiments/bict/results/lambda.md)."""
     if not (ROOT / BICT).exists():
         return _result7_single_run()
     s = _json(BICT)
