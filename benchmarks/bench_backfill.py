@@ -9,7 +9,7 @@ Both paths are the ones compat runs, measured side by side in one process, inter
 * re-embed: :func:`compat.embeddings.embed.embed_images` of uint8 images through the new
   version's backbone (default: the pipeline's ``small-cnn`` at 32 px, 1 channel, dim 128);
   image decoding is *not* counted, which favours re-embedding;
-* psi:      :func:`compat.models.upgrade.upgrade_array` (BatchNorm folded, fixed row blocks) of
+* psi:      :func:`compat.maps.psi.upgrade_array` (BatchNorm folded, fixed row blocks) of
   stored dim-128 embeddings, for each ``--hidden`` width (256 is compat's CPU default; BiCT 4096;
   widths above 1024 are timed on ``--rows`` / 8 rows to keep the run short);
 * backfill: the whole ``compat backfill`` path for the default width (read the bundle, upgrade in
@@ -59,8 +59,8 @@ def main() -> None:
     from compat.backfill.apply import backfill
     from compat.embeddings.bundle import EmbeddingBundle, save_bundle
     from compat.embeddings.embed import embed_images
+    from compat.maps.psi import UpgradeModule, save_upgrade, upgrade_array
     from compat.models.embedding import build_embedding_model
-    from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_array
 
     rng = np.random.default_rng(0)
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ For each size N (d = ``--dim``, psi of ``--hidden`` width, the pipeline's defaul
   in, resumable blocks, file out; the CLI as a user runs it), timed from outside; its peak RSS
   is the child's own ``ru_maxrss`` (``os.wait4``);
 * ``in-memory``: in a subprocess, ``numpy.load`` the whole ``.npy``, psi over it with
-  :func:`compat.models.upgrade.upgrade_array`, ``numpy.save`` the result (what a backfill that
+  :func:`compat.maps.psi.upgrade_array`, ``numpy.save`` the result (what a backfill that
   holds the gallery in memory does); its psi time alone is reported as ``psi``.
 
 Each run is alone in its process, one after the other, so the ratios compare runs of the same
@@ -64,7 +64,7 @@ def _make_gallery(root: Path, n: int, d: int, fmts: list[str]) -> None:
 def _psi(root: Path, d: int, hidden: int) -> Path:
     import torch
 
-    from compat.models.upgrade import UpgradeModule, save_upgrade
+    from compat.maps.psi import UpgradeModule, save_upgrade
 
     torch.manual_seed(0)
     save_upgrade(root / "psi", UpgradeModule(d, d, hidden).eval(), {"from": "v1", "to": "v2"})
@@ -86,7 +86,7 @@ def _run(cmd: list[str]) -> dict:
 
 IN_MEMORY = """
 import sys, time, json, numpy as np, torch
-from compat.models.upgrade import load_upgrade, upgrade_array
+from compat.maps.psi import load_upgrade, upgrade_array
 src, dst, psi_dir = sys.argv[1:4]
 t0 = time.perf_counter()
 psi, _ = load_upgrade(psi_dir)

@@ -28,8 +28,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
 
+    from compat.maps.psi import FoldedUpgrade, UpgradeModule
     from compat.models.rowblocks import ROW_BLOCK, map_rows
-    from compat.models.upgrade import FoldedUpgrade, UpgradeModule
 
     torch.manual_seed(0)
     psi = UpgradeModule(args.dim, args.dim, args.hidden, residual=True).eval()

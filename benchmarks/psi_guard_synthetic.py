@@ -21,9 +21,9 @@ import time
 import numpy as np
 import torch
 
-from compat.models.upgrade import upgrade_array
-from compat.train.upgrade import fit_upgrade, heldout_top1
-from compat.train.upgrade_config import UpgradeConfig
+from compat.maps.psi import upgrade_array
+from compat.maps.psi_config import UpgradeConfig
+from compat.maps.psi_fit import fit_upgrade, heldout_top1
 
 D = 128
 

@@ -47,9 +47,9 @@ def _params_model() -> type[BaseModel]:
     from compat.data.split import SplitParams
     from compat.evaluate.config import EvaluateConfig
     from compat.maps.adapt_config import AdaptConfig
+    from compat.maps.psi_config import UpgradeConfig
     from compat.names import Name
     from compat.train.config import TrainConfig
-    from compat.train.upgrade_config import UpgradeConfig
 
     class Params(BaseModel):
         """The whole of params.yaml; each stage reads only its own section."""

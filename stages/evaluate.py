@@ -7,7 +7,10 @@ fingerprint, transform). Writes ``metrics/compat.json``, ``metrics/<protocol>.js
 ``plots/cmc/*.json`` and ``plots/*.png`` (see :mod:`compat.evaluate.report`). Progress goes to
 stderr as it happens: a line per embedded version and per matrix cell. A paragon trained on
 another split than its version's is refused (exit 4) before anything is embedded; a version of
-another width meets an older gallery as its card's ``dim_mismatch`` says.
+another width meets an older gallery as its card's ``dim_mismatch`` says. The gallery maps of
+``evaluate.forward`` (psi's ``models/<version>/upgrade/`` or a :mod:`compat.maps` gallery map) are
+opened here through :mod:`compat.maps` (:class:`compat.maps.gallery.ForwardMaps`: a missing or
+changed one fails before anything is embedded) and handed to the runner.
 Usage: ``python stages/evaluate.py [--params FILE --section KEY] [--metrics DIR] [--plots DIR]
 [--cache DIR] [--manifest FILE]``: the defaults are the root pipeline's (``params.yaml`` section ``evaluate``,
 ``metrics/``, ``plots/``, ``cache/embeddings/``); a pipeline that evaluates several chains (e.g.
@@ -82,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
 
         from compat.models.card import dim_mismatch, train_fingerprint
 
+        gallery_maps = None
+        if config.forward:
+            from compat.maps.gallery import ForwardMaps
+
+            gallery_maps = ForwardMaps(config.forward)
         report = run_evaluation(
             config,
             manifest,
@@ -92,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             weights_of=lambda v: card(v).weights_sha256,
             train_data_of=lambda v: train_fingerprint(card(v)),
             dim_mismatch_of=lambda v: dim_mismatch(card(v)),
+            gallery_maps=gallery_maps,
             report=progress,
         )
         # Outputs of a previous run with other versions must not linger in the plots folder.

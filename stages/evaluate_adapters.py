@@ -5,9 +5,11 @@ Reads params.yaml ``evaluate`` (:class:`compat.evaluate.config.EvaluateConfig`: 
 chain, paragons, protocols, bootstrap), ``splits/eval.json``, ``data/source.json``,
 ``models/<version>/`` of every version a map joins and ``maps/<name>/``. Embeddings come
 through ``cache/embeddings/`` (the evaluate stage's entries). Writes ``metrics/adapted.json``
-(:mod:`compat.evaluate.adapted`). A stage of its own, not part of ``evaluate``: applying a map
-needs :mod:`compat.maps` (and through it psi's fitting code), which the evaluate stages of the
-experiments, running ``stages/evaluate.py``, do not depend on.
+(:mod:`compat.evaluate.adapted`); where ``evaluate.forward`` has a psi (or gallery map) on an
+adapter's own pair, that entry also has M(new, psi(old)) and the served pair's partial-backfill
+curve. A stage of its own, not part of ``evaluate``: an adapter fitted again (the ``adapt``
+stage's ``maps/`` outputs) re-runs these cells only, and the evaluate stage's outputs are the
+same with or without ``evaluate.adapters``.
 
 Usage: ``python stages/evaluate_adapters.py [--params FILE --section KEY] [--metrics DIR]
 [--cache DIR] [--manifest FILE]``.
@@ -38,11 +40,14 @@ def main(argv: list[str] | None = None) -> int:
         from compat.data.split import load_eval_manifest
         from compat.evaluate.adapted import run_adapted, write_adapted
         from compat.evaluate.config import EvaluateConfig
+        from compat.maps.gallery import served_pair_maps
         from compat.maps.query import adapted_embeddings, adapter_joins
         from compat.models.card import dim_mismatch, read_model_card
 
         config = read_section(args.params, args.section, EvaluateConfig)
         joins = adapter_joins(config.adapters)  # a missing or bad map: before any work
+        # A psi of evaluate.forward on an adapter's own pair: the served pair's curve.
+        both = served_pair_maps(config.forward, joins)
         manifest = load_eval_manifest(args.manifest)
         source = open_source("data/source.json")
         models = Path(args.models)
@@ -66,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda emb, weights: adapted_embeddings(config.adapters, emb, weights),
             weights_of=lambda v: read_model_card(models / v).weights_sha256,
             dim_mismatch_of=lambda v: dim_mismatch(read_model_card(models / v)),
+            upgrade=None if both is None else lambda emb, weights: both.upgrade(emb, weights)[0],
             report=progress,
         )
         write_adapted(adapted, args.metrics)

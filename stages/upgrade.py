@@ -6,7 +6,7 @@ version's parent), ``data/source.json`` and ``splits/<split>.json`` (the split t
 trained on, from its card); writes ``models/<version>/upgrade/{weights.safetensors,card.json,
 metrics.json}``.
 
-psi never makes the gallery worse than leaving it alone (:mod:`compat.train.upgrade`): when its
+psi never makes the gallery worse than leaving it alone (:mod:`compat.maps.psi_fit`): when its
 held-out retrieval does not beat the old gallery as it is, the stage says so, writes the
 identity psi with a card whose ``refused`` names the numbers, and exits 0 (the pipeline goes on;
 evaluate's forward section then equals backward, and ``compat backfill`` reports no upgrade).
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = name_problem(args.version)
         if problem:  # the name becomes models/<version>/: it must not leave the project
             raise BadInputError(f"{args.params}: upgrade.{args.version}: {problem}")
-        from compat.train.upgrade_config import UpgradeConfig
+        from compat.maps.psi_config import UpgradeConfig
 
         cfg = read_section(
             args.params,
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from compat.data.sources import open_source
         from compat.data.split import load_train_manifest
-        from compat.train.upgrade import UpgradeData, plan_upgrade, train_upgrade
+        from compat.maps.psi_fit import UpgradeData, plan_upgrade, train_upgrade
 
         plan = plan_upgrade(args.version, cfg, args.models)  # every check before data loads
         split = plan.new_card.split or args.version

@@ -215,7 +215,7 @@ def _null_embedding_row(tmp: Path) -> list[str]:
 def _backfill(tmp: Path, out: str, gallery: str = "g.npz") -> list[str]:
     import torch
 
-    from compat.models.upgrade import UpgradeModule, save_upgrade
+    from compat.maps.psi import UpgradeModule, save_upgrade
 
     torch.manual_seed(0)
     save_upgrade(tmp / "models" / "v2" / "upgrade", UpgradeModule(8, 8, hidden=8).eval(),

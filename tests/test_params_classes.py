@@ -18,9 +18,9 @@ from compat.data.split import EvalSplit, SplitParams
 from compat.evaluate.config import EvaluateConfig
 from compat.losses import LOSSES
 from compat.maps.card import MAP_KINDS
+from compat.maps.psi_config import UpgradeConfig
 from compat.names import Name
 from compat.train.config import AugmentConfig, TrainConfig
-from compat.train.upgrade_config import UpgradeConfig
 
 
 def _kind_params(kind: str) -> type[BaseModel]:

@@ -7,7 +7,7 @@ One concept per module (this package imports nothing heavy):
 * :mod:`~compat.backfill.engines` where psi runs: this process or Ray tasks (a parameter of
   the one loop in ``apply``)
 
-The upgrade module itself is :mod:`compat.models.upgrade`; fitting it is
-:mod:`compat.train.upgrade`; searching a partially backfilled gallery is
+The maps a backfill applies (psi, :mod:`compat.maps.psi`, fitted by :mod:`compat.maps.psi_fit`,
+or a :mod:`compat.maps` gallery map) are opened by :func:`compat.maps.open_map`; searching a partially backfilled gallery is
 :mod:`compat.embeddings.mixed`.
 """

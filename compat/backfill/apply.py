@@ -29,12 +29,12 @@ Guarantees:
   killed or interrupted run keeps the work folder, for the next run to resume. A full disk,
   spent quota or read-only file system is a :class:`~compat.errors.StorageError` (exit 5)
   naming the path and the bytes needed, before any work when the free space is already short.
-* **Row for row the in-memory path**: every row is computed by
-  :meth:`compat.models.upgrade.FoldedUpgrade.apply` in its fixed row block
-  (:mod:`compat.models.rowblocks`), so its value depends neither on the batch size nor on which other
-  rows were selected, and every engine (:mod:`compat.backfill.engines`: this process, or Ray
-  workers) writes the same bits as :func:`compat.models.upgrade.upgrade_array` on the whole
-  matrix, on the same machine.
+* **Row for row the in-memory path**: every row is computed by the map's ``apply``
+  (:func:`compat.maps.open_map`; psi's :meth:`compat.maps.psi.FoldedUpgrade.apply`) in its
+  fixed row block (:mod:`compat.models.rowblocks`), so its value depends neither on the batch
+  size nor on which other rows were selected, and every engine (:mod:`compat.backfill.engines`:
+  this process, or Ray workers) writes the same bits as the map applied to the whole matrix
+  (psi: :func:`compat.maps.psi.upgrade_array`), on the same machine.
 * **Provenance**: the output records every row's version (``row_versions``), a bundle-level
   ``version`` when all rows share one, and appends this run to ``meta["backfill"]``.
 
@@ -80,7 +80,7 @@ from compat.io import (
     write_json,
     write_text,
 )
-from compat.models.card import UpgradeCard, check_upgrade, read_upgrade_card
+from compat.models.card import UpgradeCard, check_upgrade
 
 DEFAULT_BATCH = 8192
 STATE = "state.json"
@@ -169,9 +169,9 @@ def _read_map_card(psi_path: Path) -> Any:
     """psi's upgrade card, or the card of a :mod:`compat.maps` gallery map fitted between any
     two versions or embedding files (``compat adapt --role gallery-map``): both have what a
     backfill reads (``to``, ``out_dim``, ``weights_sha256``, ``is_refused``/``refused``)."""
-    from compat.maps.card import holds_map_card, read_map_card
+    from compat.maps.folder import open_card
 
-    return read_map_card(psi_path) if holds_map_card(psi_path) else read_upgrade_card(psi_path)
+    return open_card(psi_path)
 
 
 def _check_map(card: Any, source: str, target: str, dim: int | None, where: str) -> None:

@@ -2,10 +2,11 @@
 
 An engine is a parameter of the one backfill loop (:func:`compat.backfill.apply.backfill`),
 not a second loop: the loop reads the gallery's blocks, hands each block's rows to the engine
-and writes what comes back, in row order. Both engines compute a block with
-:meth:`compat.models.upgrade.FoldedUpgrade.apply` at the block's row offset, over the same
-fixed row blocks (:mod:`compat.models.rowblocks`), so their outputs are the same bits whatever the
-batch size, and the same as the in-memory path (:func:`compat.models.upgrade.upgrade_array`).
+and writes what comes back, in row order. Both engines open the map folder with
+:func:`compat.maps.open_map` (psi's or a :mod:`compat.maps` gallery map) and compute a block
+with its ``apply`` at the block's row offset, over the same fixed row blocks
+(:mod:`compat.models.rowblocks`), so their outputs are the same bits whatever the batch size,
+and the same as the in-memory path (the map applied to the whole matrix).
 
 ``ray`` runs on a local Ray runtime or the cluster named by ``RAY_ADDRESS``: each block is one
 Ray task (one CPU; each worker process loads psi once), at most ``in_flight`` blocks are out at
@@ -33,32 +34,19 @@ _PSI: dict[tuple[str, str, str], Any] = {}
 
 
 def _folded(psi_path: str, sha256: str, device: str) -> Any:
-    from compat.maps.card import holds_map_card
-    from compat.models.upgrade import FoldedUpgrade, load_upgrade
+    from compat.maps.folder import open_map
 
     key = (psi_path, sha256, device)
     if key not in _PSI:
-        if holds_map_card(psi_path):  # a fitted gallery map (its weights' sha256 checked)
-            from compat.maps import load_map
-
-            fitted = load_map(psi_path, device)
-            if fitted.card.weights_sha256 != sha256:
-                from compat.errors import BadInputError
-
-                raise BadInputError(
-                    f"{Path(psi_path) / 'card.json'}: weights_sha256: the map changed during "
-                    "the backfill"
-                )
-            _PSI[key] = fitted
-            return fitted
-        psi, card = load_upgrade(Path(psi_path))
-        if card.weights_sha256 != sha256:  # the folder changed under a running backfill
+        opened = open_map(psi_path, device)  # psi's or a gallery map's (weights' sha256 checked)
+        if opened.weights_sha256 != sha256:  # the folder changed under a running backfill
             from compat.errors import BadInputError
 
             raise BadInputError(
-                f"{Path(psi_path) / 'card.json'}: weights_sha256: psi changed during the backfill"
+                f"{Path(psi_path) / 'card.json'}: weights_sha256: the map changed during the "
+                f"backfill ({sha256[:12]}... when it started, {opened.weights_sha256[:12]}... now)"
             )
-        _PSI[key] = FoldedUpgrade(psi, device)
+        _PSI[key] = opened
     return _PSI[key]
 
 

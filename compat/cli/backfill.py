@@ -95,7 +95,7 @@ def backfill(
         from compat.backfill.apply import backfill as run
         from compat.backfill.plan import ORDERS
         from compat.errors import UsageError
-        from compat.models.upgrade import upgrade_folder
+        from compat.maps.psi import upgrade_folder
 
         if order not in ORDERS:
             raise UsageError(f"--order {order!r}: expected one of {', '.join(ORDERS)}")

@@ -116,9 +116,12 @@ def score(
     with exit_on_error():
         adapter = None
         if query_adapter is not None:
-            from compat.maps import load_map
+            from compat.maps import open_map
 
-            adapter = load_map(query_adapter)  # missing: 3; changed weights: 4
+            adapter = open_map(query_adapter)  # missing: 3; changed weights: 4
+            # A gallery map (psi's or not) maps stored rows, not queries: exit 4. Its refusal is
+            # this command's to report (exit 7), below.
+            adapter.check_serves("query-adapter", allow_refused=True)
             if adapter.refused is not None and not allow_refused:
                 print(
                     f"error: {query_adapter}: refused when it was fitted ({adapter.refused}); "
@@ -140,7 +143,7 @@ def score(
         if as_json:
             out = _grouped(flat, groups, notes, query, gallery)
             if adapter is not None:  # only then: the reference keys stay as they were
-                out["query_adapter"] = adapter.card.provenance(query_adapter)
+                out["query_adapter"] = adapter.provenance(query_adapter)
             sys.stdout.write(json.dumps(out) + "\n")
         else:
             _print_table(flat, counts, query, gallery)
@@ -212,8 +215,8 @@ def _score(
             )
         q_raw = adapter.apply(q_raw)  # unit rows in the adapter's output space
         notes.append(
-            f"query rows mapped by the {adapter.card.kind} adapter {adapter.folder} "
-            f"({adapter.card.from_} -> {adapter.card.to}, {adapter.in_dim} -> {adapter.out_dim})"
+            f"query rows mapped by the {adapter.kind} adapter {adapter.folder} "
+            f"({adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim})"
         )
     if q.dim != g.dim and q_raw.shape[1] != g_raw.shape[1]:
         if dim_mismatch is None:

@@ -284,10 +284,7 @@ def calibrated_embeddings(
     if ref_stats is None or other_stats is None:
         g_out[~ref, :d] = g[~ref]
         return q_out, g_out
-    _, sd_r = ref_stats.moments(q)
-    _, sd_o = other_stats.moments(q)
-    ok = (sd_o > 1e-12) & (sd_r > 1e-12)
-    ratio = np.where(ok, sd_r / np.where(ok, sd_o, 1.0), 1.0)
+    ratio = _spread_ratio(ref_stats, other_stats, q, q)
     # Where a query's spread is degenerate it keeps raw scores: q' = [q, q], g' = [0, g].
     q_out[:, d:] = (ratio[:, None] * q).astype(np.float32)
     g_out[~ref, :d] = ref_stats.mean.astype(np.float32)
@@ -295,10 +292,75 @@ def calibrated_embeddings(
     return q_out, g_out
 
 
+def _spread_ratio(
+    ref_stats: GroupStats, other_stats: GroupStats, q_ref: np.ndarray, q_other: np.ndarray
+) -> np.ndarray:
+    """sigma_r(q_ref) / sigma_o(q_other) per query; 1 where either spread is degenerate."""
+    _, sd_r = ref_stats.moments(q_ref)
+    _, sd_o = other_stats.moments(q_other)
+    ok = (sd_o > 1e-12) & (sd_r > 1e-12)
+    return np.where(ok, sd_r / np.where(ok, sd_o, 1.0), 1.0)
+
+
+def calibrated_two_spaces(
+    q_ref: np.ndarray,
+    q_other: np.ndarray,
+    ref_rows: np.ndarray,
+    other_rows: np.ndarray,
+    is_reference: np.ndarray,
+    stats: tuple[GroupStats | None, GroupStats | None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``match`` scores of a gallery whose two row groups live in two spaces, each scored
+    with its own query embedding, as inner products of (n, d_r + d_o) embeddings.
+
+    Row i is ``ref_rows[i]`` (width d_r, scored with ``q_ref``) where ``is_reference[i]``, else
+    ``other_rows[i]`` (width d_o, scored with ``q_other``): e.g. a gallery being upgraded by psi
+    (upgraded rows psi(old) in the new space, scored with the new model's queries) while the
+    rows not yet upgraded are searched by the same queries mapped into the old space by a query
+    adapter. ``stats`` = (reference, other) moments, each in its own space (both measured on the
+    same items, so the calibration does not depend on which rows happen to be upgraded). With
+    q' = [q_ref, r q_other], g' = [g, 0] (reference) or [m_r, g - m_o] (other) and
+    r = sigma_r(q_ref) / sigma_o(q_other), the scores are those of :func:`calibrated_embeddings`
+    with each group scored by its own query:
+
+        q' . g' = q_ref . g                                          reference rows,
+        q' . g' = mu_r(q_ref) + (q_other . g - mu_o(q_other)) r      other rows.
+
+    Without both moments the other rows' scores are left raw (q' = [q_ref, q_other],
+    g' = [0, g]).
+    """
+    qr = np.asarray(q_ref, dtype=np.float32)
+    qo = np.asarray(q_other, dtype=np.float32)
+    gr = np.asarray(ref_rows, dtype=np.float32)
+    go = np.asarray(other_rows, dtype=np.float32)
+    ref = np.asarray(is_reference, dtype=bool)
+    if len(qr) != len(qo) or len(gr) != len(go) or len(ref) != len(gr):
+        raise ValueError(
+            f"calibrated_two_spaces: {len(qr)} and {len(qo)} queries, {len(gr)} and {len(go)} "
+            f"rows, {len(ref)} flags: the two spaces must hold the same queries and rows"
+        )
+    dr = gr.shape[1]
+    q_out = np.zeros((len(qr), dr + go.shape[1]), dtype=np.float32)
+    g_out = np.zeros((len(gr), dr + go.shape[1]), dtype=np.float32)
+    q_out[:, :dr] = qr
+    g_out[ref, :dr] = gr[ref]
+    ref_stats, other_stats = stats
+    if ref_stats is None or other_stats is None:
+        q_out[:, dr:] = qo
+        g_out[~ref, dr:] = go[~ref]
+        return q_out, g_out
+    ratio = _spread_ratio(ref_stats, other_stats, qr, qo)
+    q_out[:, dr:] = (ratio[:, None] * qo).astype(np.float32)
+    g_out[~ref, :dr] = ref_stats.mean.astype(np.float32)
+    g_out[~ref, dr:] = (go[~ref] - other_stats.mean).astype(np.float32)
+    return q_out, g_out
+
+
 __all__ = [
     "CALIBRATIONS",
     "GroupStats",
     "calibrated_embeddings",
+    "calibrated_two_spaces",
     "mixed_scores",
     "query_for",
     "search_mixed",

@@ -30,13 +30,24 @@ by its map: ``adapt(v3-paragon-to-v1-affine)``. A map refused by its own held-ou
 was fitted is still evaluated (the entry names the refusal; the gate would never serve it).
 
 The maps are loaded and applied by the caller (:func:`compat.maps.query.adapted_embeddings`,
-passed to :func:`run_adapted`): this module never imports :mod:`compat.maps`, so
-``stages/evaluate.py``, whose import closure reaches this floor, does not depend on the maps'
-code (or psi's fit loop behind the ``residual-mlp`` kind). The ``evaluate-adapters`` stage
+passed to :func:`run_adapted`): this module never imports :mod:`compat.maps`, which sits above
+its floor (the evaluate stage's gallery maps come the same way: :mod:`compat.maps.gallery`,
+passed to :func:`compat.evaluate.runner.run_evaluation`). The ``evaluate-adapters`` stage
 (``stages/evaluate_adapters.py``) writes ``metrics/adapted.json``; the evaluate stage's own
 outputs are the same with or without ``evaluate.adapters``.
 
-The partial-backfill curve of an adapter together with a psi is not computed.
+**With a psi for the same pair** (``upgraded[new]`` = (old, psi(old rows)), e.g. from
+``evaluate.forward``), the entry also has ``forward`` M(new, psi(old)) (with
+``forward_minus_old``, BCT's criterion for the upgraded gallery, and ``forward_minus_adapted``)
+and the **partial-backfill curve of the served pair**: the service answers the new model's
+queries through the adapter while psi upgrades the stored gallery, a share f at a time (the
+fractions, random order and per-item masks of :mod:`compat.evaluate.forward`). At f the rows not yet
+upgraded are searched with the adapted queries adapt(q) in the old space, the upgraded rows with
+the raw queries q in the new space, the two groups' scores put on one scale per query
+(:func:`compat.embeddings.mixed.calibrated_two_spaces`, ``match``: each group's moments measured
+on the whole gallery in its own space). f = 0 is the adapted cell, f = 1 the forward cell;
+``curve_raw`` merges raw scores. When psi's ``from`` is not the adapter's old version, or psi
+maps into another width than the new version's, there is no curve (a note says why).
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ TERMS = ("adapted", "native", "old", "self", "bct")
 ADAPTED_FILE = "adapted.json"
 
 CellKey = tuple[str, str]
+Upgraded = tuple[str, np.ndarray]  # (old version, psi(old rows) in the new version's space)
 
 
 def adapted_row(name: str, new: str, old: str) -> str:
@@ -114,13 +126,17 @@ def run_adapted(
     *,
     weights_of: Callable[[str], str] | None = None,
     dim_mismatch_of: Callable[[str], str | None] | None = None,
+    upgrade: Callable[[dict[str, np.ndarray], dict[str, str]], Mapping[str, Upgraded]]
+    | None = None,
     report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The ``adapted`` entries of ``config.adapters``: embed the versions they need through the
     cache (:func:`compat.evaluate.runner.embed_all`, as the evaluate stage does, so its entries
     are hits), map the new versions' rows by ``apply(embeddings, weights)`` (the maps, loaded
     and checked by :func:`compat.maps.query.adapted_embeddings`) and evaluate every cell.
-    ``joins``: map name -> (new, old), read from the maps' cards."""
+    ``joins``: map name -> (new, old), read from the maps' cards. ``upgrade(embeddings,
+    weights)``: new version -> (old, psi(old rows)) for the gallery maps of
+    ``config.forward`` whose pair an adapter joins (the partial-backfill curve)."""
     from compat.evaluate.runner import embed_all
 
     versions = adapted_versions(config, joins)
@@ -129,10 +145,12 @@ def run_adapted(
         weights_of=weights_of, batch_size=config.batch_size, device=config.device, report=report,
     )  # fmt: skip
     adapted = apply(embeddings, weights)
+    upgraded = upgrade(embeddings, weights) if upgrade is not None else None
     modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
     return evaluate_adapted(
-        manifest, embeddings, adapted, config, dim_mismatch=modes, progress=report
-    )
+        manifest, embeddings, adapted, config, dim_mismatch=modes, upgraded=upgraded,
+        progress=report,
+    )  # fmt: skip
 
 
 def evaluate_adapted(
@@ -143,6 +161,7 @@ def evaluate_adapted(
     *,
     cells: Mapping[CellKey, Mapping[str, ProtocolResult]] | None = None,
     dim_mismatch: Mapping[str, str | None] | None = None,
+    upgraded: Mapping[str, Upgraded] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The ``adapted`` section of the report, one entry per map (module docstring).
@@ -150,7 +169,9 @@ def evaluate_adapted(
     ``embeddings[v]``: version v's (len(manifest.items), d) matrix; ``cells``: results of cells
     already evaluated (the chain's, :func:`compat.evaluate.report.evaluate_chain`'s
     ``cell_results``), reused rather than evaluated again; ``dim_mismatch[v]``: how v meets an
-    older version of another width (None: the native cell is not comparable).
+    older version of another width (None: the native cell is not comparable);
+    ``upgraded[new]``: (old, psi(embeddings[old])), psi's rows in new's space, for the
+    partial-backfill curve of an adapter and a psi of the same pair (module docstring).
     """
     from compat.embeddings.dims import align_pair
 
@@ -225,6 +246,12 @@ def evaluate_adapted(
             "confidence": config.confidence,
             "metrics": {},
         }
+        curves: tuple[dict[float, Any], dict[float, Any]] | None = None
+        up = (upgraded or {}).get(a.new)
+        if up is not None:
+            entry["backfill"], curves = _backfill_curve(
+                manifest, a, up, e_new, e_old, terms, config, cell
+            )
         for p in protocols:
             comparison = compare(  # the terms of one protocol share resamples (paired)
                 {t: r[p.name] for t, r in terms.items()},
@@ -234,9 +261,71 @@ def evaluate_adapted(
                 confidence=config.confidence,
             )
             for metric in p.metric_names():
-                entry["metrics"].setdefault(p.name, {})[metric] = _metric_entry(comparison, metric)
+                e = _metric_entry(comparison, metric)
+                if curves is not None:
+                    for key, points in zip(("curve", "curve_raw"), curves, strict=True):
+                        e[key] = [
+                            {"fraction": f, "value": num(r[p.name].metrics[metric])}
+                            for f, r in sorted(points.items())
+                        ]
+                entry["metrics"].setdefault(p.name, {})[metric] = e
         out[name] = entry
     return out
+
+
+def _backfill_curve(
+    manifest: EvalSetLike,
+    a: AdaptedRows,
+    up: Upgraded,
+    e_new: np.ndarray,
+    e_old: np.ndarray,
+    terms: dict[str, Mapping[str, ProtocolResult]],
+    config: EvaluateConfig,
+    cell: Callable[[Any, str, np.ndarray, np.ndarray], Mapping[str, ProtocolResult]],
+) -> tuple[dict[str, Any], tuple[dict[float, Any], dict[float, Any]] | None]:
+    """The entry's ``backfill`` block and its (calibrated, raw) curve cells by fraction, or
+    None with a note where there is no curve; adds the ``forward`` term to ``terms``."""
+    from compat.embeddings.mixed import GroupStats, calibrated_two_spaces
+    from compat.evaluate.forward import backfill_order, psi_name, upgrade_mask
+
+    psi_from, rows = up
+    block: dict[str, Any] = {"gallery": psi_name(psi_from), "note": None}
+    if psi_from != a.old:
+        block["note"] = f"psi upgrades {psi_from}'s gallery, not {a.old}'s: no curve"
+        return block, None
+    if rows.shape != e_new.shape:
+        block["note"] = (
+            f"psi maps {a.old}'s rows to shape {rows.shape}, {a.new}'s are {e_new.shape}: no curve"
+        )
+        return block, None
+    label = f"M({a.new}, {psi_name(a.old)})"
+    terms["forward"] = cell(("forward", a.new, a.old), label, e_new, rows)
+    block.update(
+        fractions=list(config.backfill_fractions),
+        order={"kind": "random", "seed": config.seed},
+        calibration="match",
+    )
+    order = backfill_order(manifest, config.seed)
+    in_gallery = np.zeros(len(manifest.items), dtype=bool)
+    in_gallery[np.asarray(manifest.gallery, dtype=np.int64)] = True
+    # Each group's moments over the whole gallery in its own space: psi(old) rows for the raw
+    # queries, old rows for the adapted ones (what the curve's two ends search).
+    stats = (GroupStats.of(rows[in_gallery]), GroupStats.of(e_old[in_gallery]))
+    curve: dict[float, Any] = {}
+    raw: dict[float, Any] = {}
+    for f in config.backfill_fractions:
+        if f == 0.0:
+            curve[f] = raw[f] = terms["adapted"]
+        elif f == 1.0:
+            curve[f] = raw[f] = terms["forward"]
+        else:
+            mask = upgrade_mask(len(manifest.items), order, f)
+            at = f"{a.row} + {a.new} on {psi_name(a.old)} at {f:g}"
+            q2, g2 = calibrated_two_spaces(e_new, a.rows, rows, e_old, mask, (None, None))
+            raw[f] = cell(("curve-raw", a.name, f), at + " (raw)", q2, g2)
+            q2, g2 = calibrated_two_spaces(e_new, a.rows, rows, e_old, mask, stats)
+            curve[f] = cell(("curve", a.name, f), at, q2, g2)
+    return block, (curve, raw)
 
 
 def _bct_version(
@@ -269,6 +358,10 @@ def _metric_entry(comparison: Comparison, metric: str) -> dict[str, Any]:
     if "native" in comparison:
         e["adapted_minus_native"] = comparison.difference("adapted", "native", metric).to_json()
     e["gain"] = comparison.gain("adapted", "old", "self", metric).to_json()
+    if "forward" in comparison:  # a psi of the same pair: the curve's end (module docstring)
+        e["forward"] = num(comparison.value("forward", metric))
+        e["forward_minus_adapted"] = comparison.difference("forward", "adapted", metric).to_json()
+        e["forward_minus_old"] = comparison.difference("forward", "old", metric).to_json()
     if "bct" in comparison:
         top, bottom = comparison.value("adapted", metric), comparison.value("bct", metric)
         recovery: dict[str, Any] = {"value": num(top / bottom) if bottom else None}
@@ -297,6 +390,7 @@ __all__ = [
     "ADAPTED_FILE",
     "TERMS",
     "AdaptedRows",
+    "Upgraded",
     "adapted_row",
     "adapted_versions",
     "evaluate_adapted",

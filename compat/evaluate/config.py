@@ -80,8 +80,9 @@ class EvaluateConfig(BaseModel):
     cmc_ranks: int = Field(20, ge=1, le=100_000, description="ranks in the CMC plot data")
     forward: dict[Name, str] = Field(
         default_factory=dict,
-        description="version -> folder of its upgrade module psi (e.g. models/v2/upgrade): "
-        "also report M(new, psi(old)) and the partial-backfill curve (compat.evaluate.forward)",
+        description="version (of the chain, or a paragon) -> folder of its upgrade module psi "
+        "(e.g. models/v2/upgrade): also report M(new, psi(old)) and the partial-backfill curve "
+        "(compat.evaluate.forward)",
     )
     adapters: dict[Name, str] = Field(
         default_factory=dict,
@@ -146,8 +147,10 @@ class EvaluateConfig(BaseModel):
             if paragon == version:
                 raise ValueError(f"paragon: {version!r} cannot be its own paragon")
         for version in self.forward:
-            if version not in self.chain:
-                raise ValueError(f"forward: {version!r} is not in the chain {self.chain}")
+            if version not in self.chain and version not in self.paragon.values():
+                raise ValueError(
+                    f"forward: {version!r} is neither in the chain {self.chain} nor a paragon"
+                )
         return self
 
     def versions(self) -> list[str]:

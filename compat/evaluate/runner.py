@@ -1,25 +1,28 @@
 """The evaluate stage's work, minus file locations: embed every version (through the cache),
-then fill the matrix, and with upgrade modules configured, the forward section. ``stages/
-evaluate.py`` only wires params, files and this together, and tests drive it with fake models.
+then fill the matrix, and with gallery maps configured (``evaluate.forward``: psi), the forward
+section. ``stages/evaluate.py`` only wires params, files and this together, and tests drive it
+with fake models.
+
+The gallery maps are opened and applied by the caller (:class:`compat.maps.gallery.ForwardMaps`,
+passed to :func:`run_evaluation` as ``gallery_maps``): this floor never imports
+:mod:`compat.maps`, which sits above it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from compat.embeddings.cache import EmbeddingCache
 from compat.embeddings.versions import LoadImages, data_fingerprint, embed_versions
-from compat.errors import BadInputError
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.protocols import EvalSetLike, label_codes
 from compat.evaluate.report import evaluate_chain
 from compat.io import fingerprint
-from compat.models.card import check_paragon, check_upgrade, read_upgrade_card
+from compat.models.card import check_paragon
 
 # (model, card) for a version name; the card has a ``weights_sha256`` (a ModelCard does).
 LoadModel = Callable[[str], tuple[Any, Any]]
@@ -28,6 +31,24 @@ WeightsOf = Callable[[str], str]
 # A version's card fact read without loading the model: its training-split fingerprint, or the
 # dim_mismatch it was trained with (None when the card records none).
 CardFact = Callable[[str], str | None]
+# New version -> (the version its map reads, the map applied to that version's rows).
+Upgraded = dict[str, tuple[str, np.ndarray]]
+
+
+class GalleryMaps(Protocol):
+    """The gallery maps of ``evaluate.forward``, opened by the caller
+    (:class:`compat.maps.gallery.ForwardMaps`)."""
+
+    def sources(self) -> dict[str, str]:
+        """New version -> the version whose rows its map reads (embedded with the chain)."""
+        ...
+
+    def upgrade(
+        self, embeddings: Mapping[str, np.ndarray], weights: Mapping[str, str]
+    ) -> tuple[Upgraded, dict[str, dict[str, Any]]]:
+        """Each map checked against the evaluated versions' weights and applied to its source
+        version's rows: (upgraded, provenance per new version)."""
+        ...
 
 
 def run_evaluation(
@@ -41,15 +62,18 @@ def run_evaluation(
     weights_of: WeightsOf | None = None,
     train_data_of: CardFact | None = None,
     dim_mismatch_of: CardFact | None = None,
+    gallery_maps: GalleryMaps | None = None,
     report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Embed every version of ``config`` and evaluate the chain; returns the report dict.
 
     With ``weights_of`` a version's model loads only when the cache has no entry for its
     weights; without it each model is loaded to read its card's digest.
-    With ``config.forward`` (version -> folder of its upgrade module psi) the report also holds
+    With ``config.forward`` (version -> folder of its gallery map, psi) the report also holds
     a ``forward`` section: M(new, psi(old)) beside M(new, old) and the partial-backfill curve
-    (:mod:`compat.evaluate.forward`).
+    (:mod:`compat.evaluate.forward`); ``gallery_maps`` are those maps, opened by the caller
+    (:class:`compat.maps.gallery.ForwardMaps`; ValueError when ``config.forward`` names maps
+    and none are given).
     With ``train_data_of`` every paragon must have been trained on its version's training split
     (:func:`compat.models.card.check_paragon`, BadInputError before anything is embedded);
     ``dim_mismatch_of`` says how each version meets an older one of another width.
@@ -63,9 +87,14 @@ def run_evaluation(
                 paragon_data=train_data_of(paragon),
                 where=f"evaluate.paragon.{version}",
             )
+    if config.forward and gallery_maps is None:
+        raise ValueError(
+            "evaluate.forward names gallery maps: pass gallery_maps "
+            "(compat.maps.gallery.ForwardMaps(config.forward))"
+        )
     versions = config.versions()
-    for folder in (config.forward or {}).values():
-        source = read_upgrade_card(folder).from_
+    sources = gallery_maps.sources() if config.forward and gallery_maps is not None else {}
+    for source in sources.values():
         if source not in versions:
             versions.append(source)
     embeddings, weights, data_fp = embed_all(
@@ -75,10 +104,10 @@ def run_evaluation(
     modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
     result = evaluate_chain(manifest, embeddings, config, dim_mismatch=modes, progress=report)
     result["data_fingerprint"] = data_fp
-    if config.forward:
+    if config.forward and gallery_maps is not None:
         from compat.evaluate.forward import evaluate_forward
 
-        upgraded, psi_info = upgraded_embeddings(config.forward, embeddings, weights)
+        upgraded, psi_info = gallery_maps.upgrade(embeddings, weights)
         result["forward"] = evaluate_forward(manifest, embeddings, upgraded, config)
         for new, info in psi_info.items():
             result["forward"][new]["psi"] = info
@@ -132,50 +161,13 @@ def embed_all(
     return embeddings, weights, data_fp
 
 
-def upgraded_embeddings(
-    psi_dirs: Mapping[str, str | os.PathLike[str]],
-    embeddings: Mapping[str, np.ndarray],
-    weights: Mapping[str, str] | None = None,
-) -> tuple[dict[str, tuple[str, np.ndarray]], dict[str, dict[str, Any]]]:
-    """Load each new version's psi, check it against the evaluated versions' weights digests
-    (``weights``: version -> sha256, when given) and upgrade its ``from`` version's matrix;
-    returns (upgraded, provenance per new version)."""
-    from compat.models.upgrade import load_upgrade, upgrade_array
-
-    made = weights or {}
-    upgraded: dict[str, tuple[str, np.ndarray]] = {}
-    info: dict[str, dict[str, Any]] = {}
-    for new, folder in psi_dirs.items():
-        psi, card = load_upgrade(folder)
-        old = card.from_
-        where = Path(folder) / "card.json"
-        check_upgrade(
-            card,
-            where,
-            target=new,
-            from_weights=made.get(old),
-            to_weights=made.get(new),
-            weights_origin="the evaluated ones are",
-        )
-        if old not in embeddings:
-            raise BadInputError(f"{where}: from: {old!r} was not embedded (add it to the chain)")
-        upgraded[new] = (old, upgrade_array(psi, embeddings[old]))
-        # The outcome of psi's refusal test, which decides what a backfill does (and can
-        # differ across machines: docs/findings.md, "Determinism").
-        info[new] = {
-            **card.provenance(folder),
-            "refused": card.refused.reason if card.refused is not None else None,
-            "held_out_lower_bound": (card.metrics or {}).get("val_top1_gain_lower_bound"),
-        }
-    return upgraded, info
-
-
 __all__ = [
     "CardFact",
+    "GalleryMaps",
     "LoadModel",
+    "Upgraded",
     "WeightsOf",
     "data_fingerprint",
     "embed_all",
     "run_evaluation",
-    "upgraded_embeddings",
 ]

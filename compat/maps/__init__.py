@@ -15,6 +15,12 @@ result is bit-identical whatever batch it arrives in. Kinds, one module each
 (:mod:`compat.maps.kinds`): ``procrustes`` (closed-form (semi-)orthogonal map), ``affine``
 (ridge closed form, optional low rank) and ``residual-mlp`` (psi's module and fit loop, reused).
 On disk a map is a folder, ``weights.safetensors`` then ``card.json`` (:mod:`compat.maps.store`).
+
+psi itself lives here too: its module and on-disk format (:mod:`compat.maps.psi`), its fit loop
+(:mod:`compat.maps.psi_fit`, the ``upgrade`` stage's) and its params section
+(:mod:`compat.maps.psi_config`). :func:`open_map` opens either folder, psi's
+``models/<version>/upgrade/`` or a map's, as one :class:`SpaceMap` (:mod:`compat.maps.folder`):
+what backfill, the gate, the CLI and the evaluate stage apply.
 """
 
 from __future__ import annotations
@@ -22,16 +28,21 @@ from __future__ import annotations
 from compat.maps.card import MAP_KINDS, MAP_ROLES, MapCard, read_map_card
 from compat.maps.config import CheckConfig
 from compat.maps.fit import fit_map
+from compat.maps.folder import Joins, SpaceMap, open_card, open_map
 from compat.maps.store import Map, load_map, save_map
 
 __all__ = [
     "MAP_KINDS",
     "MAP_ROLES",
     "CheckConfig",
+    "Joins",
     "Map",
     "MapCard",
+    "SpaceMap",
     "fit_map",
     "load_map",
+    "open_card",
+    "open_map",
     "read_map_card",
     "save_map",
 ]

@@ -131,19 +131,6 @@ class MapCard(_Card):
         }
 
 
-def holds_map_card(folder: str | Path) -> bool:
-    """Whether ``folder``'s ``card.json`` is a map's (its ``kind`` one of :data:`MAP_KINDS`),
-    not psi's upgrade card. A missing or unreadable card is False: the upgrade card's reader then
-    names what is wrong with it."""
-    import json
-
-    try:
-        data = json.loads((Path(folder) / "card.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("kind") in MAP_KINDS
-
-
 def read_map_card(path: str | Path) -> MapCard:
     """The card of a map folder (or the card file itself)."""
     return MapCard.read(path)
@@ -164,7 +151,6 @@ __all__ = [
     "MapKind",
     "MapRefusal",
     "MapRole",
-    "holds_map_card",
     "read_map_card",
     "write_map_card",
 ]

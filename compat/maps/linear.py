@@ -2,7 +2,7 @@
 ``procrustes`` and ``affine`` kinds).
 
 n is L2 normalisation: rows are read as galleries store them (any finite scale reaches unit
-length: :func:`compat.models.upgrade.normalize_rows`) and written at unit length, as the space
+length: :func:`compat.models.norms.normalize_rows`) and written at unit length, as the space
 they are compared in expects. :meth:`LinearMap.apply` runs over fixed row blocks
 (:func:`compat.models.rowblocks.map_rows`), so a row's result is bit-identical whatever batch it
 arrives in.
@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from compat.errors import BadInputError
-from compat.models.rowblocks import ROW_BLOCK, map_rows
-from compat.models.upgrade import GPU_ROW_BLOCK, normalize_rows
+from compat.models.norms import normalize_rows
+from compat.models.rowblocks import GPU_ROW_BLOCK, ROW_BLOCK, map_rows
 
 
 class LinearMap:

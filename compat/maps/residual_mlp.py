@@ -1,16 +1,16 @@
 """``residual-mlp``: BiCT's upgrade module psi, fitted by psi's own loop, between any two spaces.
 
-The map is :class:`compat.models.upgrade.UpgradeModule` (Su et al., BiCT: ``blocks`` x
+The map is :class:`compat.maps.psi.UpgradeModule` (Su et al., BiCT: ``blocks`` x
 [Linear-BatchNorm1d-ReLU] + Linear; with equal widths psi(x) = x + MLP(x), the MLP's output
 layer starting at zero, so an unfitted map is the identity) and it is fitted by
-:func:`compat.train.upgrade.fit_upgrade`, reused rather than copied: AdamW on
+:func:`compat.maps.psi_fit.fit_upgrade`, reused rather than copied: AdamW on
 L = mean_i ||psi(x_i) - y_i||^2 (``mse``, BiCT's regression) or mean_i (1 - cos(psi(x_i), y_i))
 (``cosine``), the best epoch picked on an inner held-out share of the fit pairs. psi's own
 refusal is switched off here: the map's held-out check (:mod:`compat.maps.check`), on pairs the
 loop never saw, is the one rule. The loop reads its pairs as (input, target) whatever the
 direction, so a query adapter (new -> old) is fitted by the same code as psi (old -> new).
 
-Applied as psi is (:class:`compat.models.upgrade.FoldedUpgrade`: BatchNorm folded into the
+Applied as psi is (:class:`compat.maps.psi.FoldedUpgrade`: BatchNorm folded into the
 Linear layers, fixed row blocks, L2-normalised input and output).
 """
 
@@ -23,11 +23,11 @@ import numpy as np
 from pydantic import Field
 
 from compat.maps.config import Params
-from compat.models.upgrade import FoldedUpgrade, UpgradeModule
+from compat.maps.psi import FoldedUpgrade, UpgradeModule
 
 
 class ResidualMLPParams(Params):
-    """Parameters of a ``residual-mlp`` map (psi's, :class:`compat.train.upgrade_config.
+    """Parameters of a ``residual-mlp`` map (psi's, :class:`compat.maps.psi_config.
     UpgradeConfig`, less what the map's check decides)."""
 
     hidden: int | None = Field(
@@ -67,9 +67,9 @@ def fit(
     labels: Sequence[Any] | None = None,
     seed: int = 0,
 ) -> FoldedUpgrade:
-    """psi fitted from ``x`` to ``y`` by :func:`compat.train.upgrade.fit_upgrade`."""
-    from compat.train.upgrade import fit_upgrade
-    from compat.train.upgrade_config import UpgradeConfig
+    """psi fitted from ``x`` to ``y`` by :func:`compat.maps.psi_fit.fit_upgrade`."""
+    from compat.maps.psi_config import UpgradeConfig
+    from compat.maps.psi_fit import fit_upgrade
 
     cfg = UpgradeConfig(
         hidden=params.hidden, blocks=params.blocks, residual=params.residual, loss=params.loss,

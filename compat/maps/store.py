@@ -10,7 +10,6 @@ tensors must have the card's shape; otherwise BadInputError (exit 4) naming the 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from compat.errors import BadInputError
 from compat.maps.card import MapCard, read_map_card, write_map_card
+from compat.maps.folder import SpaceMap
 
 WEIGHTS = "weights.safetensors"
 CARD = "card.json"
@@ -32,62 +32,25 @@ def weights_blob(state: dict[str, Any]) -> bytes:
     return save(tensors, metadata={"format": "pt"})
 
 
-@dataclass
-class Map:
-    """A fitted map: its card and the applier that maps rows (fixed row blocks)."""
+class Map(SpaceMap):
+    """A fitted :mod:`compat.maps` map: its :class:`MapCard` and the applier that maps rows
+    (fixed row blocks); the other kind of :class:`compat.maps.folder.SpaceMap` is psi's
+    :class:`compat.maps.psi.Psi`."""
 
     card: MapCard
-    applier: Any
-    folder: Path | None = None
 
     @property
-    def in_dim(self) -> int:
-        return self.card.in_dim
-
-    @property
-    def out_dim(self) -> int:
-        return self.card.out_dim
-
-    @property
-    def refused(self) -> str | None:
-        """Why the held-out check refused the map (None: kept)."""
-        return None if self.card.refused is None else self.card.refused.reason
-
-    def check_serves(
-        self, role: str, in_dim: int, rows_of: str, out_dim: int | None = None
-    ) -> None:
-        """BadInputError (exit 4, naming the card) unless this map can be served as ``role``
-        on ``in_dim``-wide rows (``rows_of`` names them) into an ``out_dim``-wide space, and
-        its held-out check kept it when it was fitted: a refused map is never served."""
-        card = self.card
-        where = self.folder / CARD if self.folder is not None else "map"
-        if card.role != role:
-            raise BadInputError(
-                f"{where}: role: a {card.role} map, but a {role} map is needed here"
-            )
-        if card.in_dim != in_dim:
-            raise BadInputError(
-                f"{where}: in_dim: the map reads {card.in_dim}-dim rows, {rows_of} are {in_dim}-dim"
-            )
-        if out_dim is not None and card.out_dim != out_dim:
-            raise BadInputError(
-                f"{where}: out_dim: the map writes {card.out_dim}-dim rows, the space it must "
-                f"reach is {out_dim}-dim"
-            )
-        if self.refused is not None:
-            raise BadInputError(
-                f"{where}: refused: the map's held-out check refused it when it was fitted "
-                f"({self.refused}); a refused map is never served"
-            )
+    def held_out_lower_bound(self) -> float | None:
+        """The lower bound of the held-out difference that decided whether it was kept."""
+        return None if self.card.heldout is None else self.card.heldout.lower_bound
 
     def apply(self, x: np.ndarray, start: int = 0) -> np.ndarray:
         """Rows ``start ..`` of a matrix mapped: float32 (n, out_dim), L2-normalised; a row's
         bits do not depend on ``start`` or ``len(x)`` (:mod:`compat.models.rowblocks`)."""
         x = np.asarray(x)
         if x.ndim != 2 or x.shape[1] != self.in_dim:
-            where = self.folder / CARD if self.folder is not None else "map"
             raise BadInputError(
-                f"{where}: in_dim: the map takes {self.in_dim}-dim rows, got shape {x.shape}"
+                f"{self.where}: in_dim: the map takes {self.in_dim}-dim rows, got shape {x.shape}"
             )
         return self.applier.apply(x, start)
 

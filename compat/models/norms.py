@@ -5,11 +5,20 @@ A float32 row scaled by 1e20 is finite, but the sum of its squares (1e40) is not
 underflow. Such rows are brought to unit length here by first dividing them by their largest
 absolute value, which leaves their direction unchanged. Every other row is normalised exactly
 as ``x / ||x||`` would (the same bits), so nothing computed from ordinary rows changes.
+
+:func:`l2_normalize_rows` is the rule in numpy (files, the CLI); :func:`normalize_rows` the same
+rule in torch, for every map between spaces (psi and the kinds of :mod:`compat.maps`). torch is
+imported inside it, so this module stays torch-free for its numpy readers.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 # Below this norm the squares of a float32 row's entries approach the subnormal range (1e-38)
 # and lose precision; above the float32 maximum they overflow. Rows outside are rescaled first.
@@ -45,6 +54,25 @@ def l2_normalize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, zeros
 
 
+def normalize_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """``F.normalize(x, dim=1)`` (the same operations, so the same bits) for ordinary rows;
+    a row whose norm overflows float32 (entries near 1e20) or underflows (near 1e-30) is
+    divided by its largest absolute value first, so it too reaches unit length instead of
+    zeros. An all-zero row stays zero."""
+    import torch
+    import torch.nn.functional as F
+
+    norms = x.norm(2, 1, keepdim=True)
+    out = x / norms.clamp_min(eps).expand_as(x)
+    bad = ~torch.isfinite(norms[:, 0]) | (norms[:, 0] < TINY_NORM)
+    if bool(bad.any()):
+        rows = x[bad].double()
+        peak = rows.abs().amax(dim=1, keepdim=True)
+        scaled = rows / torch.where(peak > 0, peak, torch.ones_like(peak))
+        out[bad] = F.normalize(scaled, dim=1).to(out.dtype)
+    return out
+
+
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -74,6 +102,7 @@ __all__ = [
     "TINY_NORM",
     "l2_normalize_rows",
     "largest_norm",
+    "normalize_rows",
     "products_overflow",
     "unsafe_rows",
 ]

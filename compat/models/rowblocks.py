@@ -27,6 +27,9 @@ import numpy as np
 # products of 8,192 rows (1024 wide) and 1.48x (256 wide); 64-row blocks fell to 0.65x
 # (benchmarks/bench_rowblocks.py, docs/findings.md "Determinism").
 ROW_BLOCK = 256
+# Rows per product on a GPU: a fixed block too, larger because a GPU runs a whole product per
+# kernel launch and small blocks would only add launches.
+GPU_ROW_BLOCK = 8192
 _ALIGN = 64
 
 
@@ -76,4 +79,4 @@ def map_rows(
     return out
 
 
-__all__ = ["ROW_BLOCK", "aligned_zeros", "map_rows"]
+__all__ = ["GPU_ROW_BLOCK", "ROW_BLOCK", "aligned_zeros", "map_rows"]

@@ -4,9 +4,11 @@ when a criterion uses ``forward``, the parent's embeddings upgraded by the versi
 A model version's rows come from the embedding cache, keyed by the registered weights digest
 (the cache is consulted once per version); only on a miss is its model folder found (local
 ``models/<v>`` when its card names the registered digest, else the registry's copy) and the
-model loaded. A version registered from embeddings contributes its registered bundle. psi is
-read from ``models/<version>/upgrade/`` and checked against the contract's versions, the
-registered weights and the parent's row width before it runs.
+model loaded. A version registered from embeddings contributes its registered bundle. The
+gallery map (psi, read from ``models/<version>/upgrade/``, or the map ``serve.map`` names) is
+opened by :func:`compat.maps.open_map` and checked against the contract's versions, the
+registered weights and both versions' row widths before it runs
+(:func:`compat.registry.serving.gallery_map_rows`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from compat.contracts.schema import Contract
 from compat.errors import BadInputError, CompatError, NotFoundError
 from compat.io import make_scratch_dir
-from compat.models.card import check_paragon, check_upgrade, read_model_card
+from compat.models.card import check_paragon, read_model_card
 from compat.registry.integrity import check_model
 from compat.registry.store import Registry, VersionRecord
 from compat.registry.uris import mask
@@ -219,40 +221,24 @@ def upgraded_parent(
     paths: Paths,
     embeddings: dict[str, np.ndarray],
 ) -> tuple[dict[str, np.ndarray] | None, dict[str, Any] | None]:
-    """The parent's embeddings upgraded by the version's psi (``models/<version>/upgrade/``),
-    when a criterion uses ``forward`` or the contract serves by ``backfill`` (then by the map
-    its ``serve.map`` names, psi's folder or a :mod:`compat.maps` gallery map); else
-    (None, None)."""
+    """The parent's embeddings upgraded by the version's gallery map, when a criterion uses
+    ``forward`` or the contract serves by ``backfill``: psi (``models/<version>/upgrade/``) or
+    the map its ``serve.map`` names (psi's folder or a :mod:`compat.maps` gallery map), with
+    its provenance; else (None, None)."""
     if not any(c.uses_forward for c in contract.criteria) and contract.serve.mode != "backfill":
         return None, None
-    from compat.models.upgrade import load_upgrade, upgrade_array, upgrade_folder
+    from compat.maps.psi import upgrade_folder
     from compat.registry.serving import backfill_map_folder, gallery_map_rows
 
-    new, parent = contract.version, contract.parent
-    assert parent is not None
-    folder = backfill_map_folder(contract, paths.models) or upgrade_folder(paths.models, new)
-    mapped = gallery_map_rows(contract, folder, embeddings)
-    if mapped is not None:
-        return mapped
-    psi, card = load_upgrade(folder)
+    folder = backfill_map_folder(contract, paths.models) or upgrade_folder(
+        paths.models, contract.version
+    )
 
     def weights(name: str) -> str | None:
         # Only a model version's tag names model weights (an embeddings bundle's names the file).
         return (registered_weights(records[name]) or None) if is_model(records[name]) else None
 
-    check_upgrade(
-        card,
-        folder / "card.json",
-        source=parent,
-        target=new,
-        wanted=f"the contract needs {parent} -> {new}",
-        from_weights=weights(parent),
-        to_weights=weights(new),
-        weights_origin="the registered ones are",
-        in_dim=embeddings[parent].shape[1],
-        rows_of=f"{parent}'s embeddings",
-    )
-    return {parent: upgrade_array(psi, embeddings[parent])}, card.provenance(folder)
+    return gallery_map_rows(contract, folder, embeddings, weights)
 
 
 def check_paragon_split(

@@ -123,9 +123,9 @@ def check_adapter(adapter: Path, card: ModelCard) -> int:
     """The out_dim of the query adapter in ``adapter``, after checking it can serve the version
     (BadInputError, exit 4, naming its card otherwise): a query adapter, reading the version's
     width, not refused when it was fitted."""
-    from compat.maps import load_map
+    from compat.maps import open_map
 
-    fitted = load_map(adapter)  # the weights' sha256 checked against the card
+    fitted = open_map(adapter)  # the weights' sha256 checked against the card
     fitted.check_serves("query-adapter", card.dim, f"{card.version}'s embeddings")
     return fitted.out_dim
 

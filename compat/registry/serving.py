@@ -6,35 +6,48 @@ maps the version's evaluation-set rows into the parent's space with a fitted map
 (:mod:`compat.maps`, role ``query-adapter``): the gate's ``cross`` cell becomes
 M(adapt(new), parent). ``backfill`` maps the parent's rows into the version's space: the gate's
 ``cross`` cell becomes M(new, psi(parent)); the map is the pipeline's psi
-(``models/<version>/upgrade/``, :mod:`compat.models.upgrade`) or any fitted gallery map.
+(``models/<version>/upgrade/``, :mod:`compat.maps.psi`) or any fitted gallery map. Either folder
+is opened by :func:`compat.maps.open_map`, one interface for both.
 
-Before a map runs it is checked against what it will be applied to: its role, the widths of the
-rows it reads and writes, and whether its own held-out check refused it when it was fitted (a
-refused map is never served: exit 4, naming its card). What the verdict records of it is its
-provenance: folder, kind, role, weights sha256, fit data fingerprint.
+Before a map runs it is checked against what it will be applied to
+(:meth:`compat.maps.SpaceMap.check_serves`): its role, the widths of the rows it reads and
+writes, psi's versions and the registered weights it was fitted on, and whether a map's own
+held-out check refused it when it was fitted (a refused map is never served: exit 4, naming its
+card; a refused psi is the identity, served as "no upgrade"). What the verdict records of it is
+its provenance: folder, weights sha256, and for a map its kind, role and fit data fingerprint.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compat.contracts.schema import Contract
 
+if TYPE_CHECKING:
+    from compat.maps.folder import Joins
+
 
 def apply_map(
-    folder: Path, rows: np.ndarray, rows_of: str, out_dim: int, role: str
+    folder: Path,
+    rows: np.ndarray,
+    rows_of: str,
+    out_dim: int,
+    role: str,
+    joins: Joins | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """``rows`` mapped by the :mod:`compat.maps` map in ``folder``, checked first: ``role``,
-    ``in_dim`` = the rows' width, ``out_dim`` = the target's width, and not refused when
-    fitted. Returns the mapped rows and the map's provenance."""
-    from compat.maps import load_map
+    """``rows`` mapped by the map in ``folder`` (:func:`compat.maps.open_map`), checked first:
+    ``role``, ``in_dim`` = the rows' width, ``out_dim`` = the target's width, what it ``joins``
+    (psi's versions and weights) and not refused when fitted. Returns the mapped rows and the
+    map's provenance."""
+    from compat.maps import open_map
 
-    fitted = load_map(folder)
-    fitted.check_serves(role, rows.shape[1], rows_of, out_dim)
-    return fitted.apply(rows), fitted.card.provenance(folder)
+    opened = open_map(folder)
+    opened.check_serves(role, rows.shape[1], rows_of, out_dim, joins=joins)
+    return opened.apply(rows), opened.provenance(folder)
 
 
 def adapted_rows(
@@ -63,19 +76,26 @@ def backfill_map_folder(contract: Contract, models: Path) -> Path | None:
 
 
 def gallery_map_rows(
-    contract: Contract, folder: Path, embeddings: dict[str, np.ndarray]
-) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
-    """The parent's rows mapped by a :mod:`compat.maps` gallery map in ``folder``, or None when
-    the folder is psi's (an upgrade card, read by :func:`compat.registry.assemble.upgraded_parent`)."""
-    from compat.maps.card import holds_map_card
+    contract: Contract,
+    folder: Path,
+    embeddings: dict[str, np.ndarray],
+    weights: Callable[[str], str | None] = lambda name: None,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The parent's rows mapped by the gallery map in ``folder`` (psi's or a :mod:`compat.maps`
+    map) and its provenance. ``weights(name)``: the registered weights digest of a version
+    (None: not compared), which psi must have been fitted on."""
+    from compat.maps.folder import Joins
 
-    if not holds_map_card(folder):
-        return None
     new, parent = contract.version, contract.parent
     assert parent is not None
+    joins = Joins(
+        source=parent, target=new, wanted=f"the contract needs {parent} -> {new}",
+        from_weights=weights(parent), to_weights=weights(new),
+        weights_origin="the registered ones are",
+    )  # fmt: skip
     rows, info = apply_map(
         folder, embeddings[parent], f"{parent}'s embeddings", embeddings[new].shape[1],
-        "gallery-map",
+        "gallery-map", joins,
     )  # fmt: skip
     return {parent: rows}, info
 

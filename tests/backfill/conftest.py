@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from compat.embeddings.bundle import EmbeddingBundle, save_bundle
-from compat.models.upgrade import UpgradeModule, save_upgrade
+from compat.maps.psi import UpgradeModule, save_upgrade
 
 
 @pytest.fixture(autouse=True, scope="session")

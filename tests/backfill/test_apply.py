@@ -9,7 +9,7 @@ from compat.backfill.apply import backfill, work_dir_for
 from compat.embeddings.bundle import load_bundle
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.io import sha256_file
-from compat.models.upgrade import upgrade_array
+from compat.maps.psi import upgrade_array
 
 
 def _run(root, **kw):

@@ -10,8 +10,8 @@ from compat.backfill.apply import backfill, work_dir_for
 from compat.embeddings.bundle import Sidecar, save_sidecar
 from compat.embeddings.formats import GalleryReader, load_gallery, sidecar_of, write_shard
 from compat.errors import BadInputError, UsageError
+from compat.maps.psi import upgrade_array
 from compat.models.rowblocks import ROW_BLOCK
-from compat.models.upgrade import upgrade_array
 
 
 def _as(fmt, root, bundle, name="g"):

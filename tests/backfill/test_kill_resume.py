@@ -18,7 +18,7 @@ from compat.backfill.apply import lock_path_for, work_dir_for
 from compat.embeddings.bundle import Sidecar, save_sidecar
 from compat.embeddings.formats import load_gallery
 from compat.io import sha256_file
-from compat.models.upgrade import upgrade_array
+from compat.maps.psi import upgrade_array
 
 # Runs the CLI with every saved batch slowed down, so the test can kill it mid-way (the product
 # code has no such hook: the slowing is patched in from the test side).

@@ -12,7 +12,7 @@ import pytest
 
 from compat.backfill.apply import backfill
 from compat.embeddings.formats import load_gallery, write_shard
-from compat.models.upgrade import upgrade_array
+from compat.maps.psi import upgrade_array
 
 ray = pytest.importorskip("ray")
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from compat.errors import BadInputError, NotFoundError
-from compat.models.upgrade import (
+from compat.maps.psi import (
     UpgradeModule,
     load_upgrade,
     read_upgrade_card,

@@ -71,7 +71,7 @@ def test_stage_fits_psi_and_writes_its_card(in_tmp, capsys):
     metrics = json.loads((folder / "metrics.json").read_text())
     assert len(metrics["epochs"]) == 2 and metrics["summary"]["num_val"] == 6
 
-    from compat.models.upgrade import load_upgrade
+    from compat.maps.psi import load_upgrade
 
     psi, _ = load_upgrade(folder)
     # Same seed, same data: the stage is reproducible byte for byte.

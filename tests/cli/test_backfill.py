@@ -14,7 +14,7 @@ from compat.cli.main import app
 from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
 from compat.embeddings.formats import load_gallery
 from compat.io import sha256_file
-from compat.models.upgrade import UpgradeModule, save_upgrade
+from compat.maps.psi import UpgradeModule, save_upgrade
 
 runner = CliRunner()
 

@@ -154,3 +154,56 @@ def test_calibrated_embeddings_with_given_stats():
     s3 = q3 @ g3.T
     np.testing.assert_allclose(s3[:, ~ref], expected[:, ~ref], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(s3[:, ref], (q @ g.T)[:, ref], rtol=1e-5, atol=1e-5)
+
+
+def test_calibrated_two_spaces_scores_each_group_with_its_own_query():
+    """Reference rows (width 6) scored with q_ref, the others (width 4) with q_other, mapped onto
+    the reference group's per-query score distribution: checked against the formula by hand."""
+    from compat.embeddings.mixed import GroupStats, calibrated_two_spaces
+
+    rng = np.random.default_rng(7)
+    n = 40
+    q_ref = unit(rng.standard_normal((5, 6))).astype(np.float32)
+    q_other = unit(rng.standard_normal((5, 4))).astype(np.float32)
+    ref_rows = unit(rng.standard_normal((n, 6))).astype(np.float32)
+    other_rows = unit(rng.standard_normal((n, 4)) * [3.0, 1.0, 1.0, 0.2]).astype(np.float32)
+    ref = np.arange(n) % 4 == 0
+    stats = (GroupStats.of(ref_rows), GroupStats.of(other_rows))
+    q2, g2 = calibrated_two_spaces(q_ref, q_other, ref_rows, other_rows, ref, stats)
+    assert q2.shape == (5, 10) and g2.shape == (n, 10)
+    s = q2 @ g2.T
+    ref_scores = q_ref @ ref_rows.T
+    raw_other = q_other @ other_rows.T
+    r = ref_rows.astype(np.float64)
+    o = other_rows.astype(np.float64)
+    mu_r = q_ref @ r.mean(0)
+    mu_o = q_other @ o.mean(0)
+    sd_r = (q_ref @ r.T).std(axis=1)  # the population spread over the rows, as the moments
+    sd_o = (q_other @ o.T).std(axis=1)
+    expected = mu_r[:, None] + (raw_other - mu_o[:, None]) * (sd_r / sd_o)[:, None]
+    np.testing.assert_allclose(s[:, ref], ref_scores[:, ref], atol=1e-5)
+    np.testing.assert_allclose(s[:, ~ref], expected[:, ~ref], atol=1e-4)
+    # Without moments: raw scores, each group with its own query.
+    q3, g3 = calibrated_two_spaces(q_ref, q_other, ref_rows, other_rows, ref, (None, None))
+    s3 = q3 @ g3.T
+    np.testing.assert_allclose(s3[:, ref], ref_scores[:, ref], atol=1e-5)
+    np.testing.assert_allclose(s3[:, ~ref], raw_other[:, ~ref], atol=1e-5)
+    with pytest.raises(ValueError, match="same queries and rows"):
+        calibrated_two_spaces(q_ref, q_other[:4], ref_rows, other_rows, ref, stats)
+
+
+def test_calibrated_two_spaces_in_one_space_is_calibrated_embeddings():
+    """One space, one query: the same widened embeddings, bit for bit."""
+    from compat.embeddings.mixed import GroupStats, calibrated_two_spaces
+
+    rng = np.random.default_rng(8)
+    q = unit(rng.standard_normal((6, 5))).astype(np.float32)
+    up = unit(rng.standard_normal((30, 5))).astype(np.float32)
+    old = unit(rng.standard_normal((30, 5))).astype(np.float32)
+    mask = np.arange(30) % 3 == 0
+    stats = (GroupStats.of(up), GroupStats.of(old))
+    mixed = np.where(mask[:, None], up, old)
+    want_q, want_g = calibrated_embeddings(q, mixed, mask, stats=stats)
+    got_q, got_g = calibrated_two_spaces(q, q, up, old, mask, stats)
+    np.testing.assert_array_equal(got_q, want_q)
+    np.testing.assert_array_equal(got_g, want_g)

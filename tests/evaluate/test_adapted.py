@@ -26,6 +26,7 @@ from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.protocols import create_protocols, evaluate_manifest
 from compat.evaluate.report import write_report
 from compat.evaluate.runner import run_evaluation
+from compat.maps.gallery import served_pair_maps
 from compat.maps.query import adapted_embeddings, adapter_joins
 
 
@@ -200,11 +201,13 @@ def runner(tmp_path):
         )  # fmt: skip
 
     def adapted(cfg):
+        both = served_pair_maps(cfg.forward, adapter_joins(cfg.adapters))
         return run_adapted(
             cfg, manifest, lambda ids: images[[pos[i] for i in ids]], "src", load_model,
             tmp_path / "cache", adapter_joins(cfg.adapters),
             lambda e, w: adapted_embeddings(cfg.adapters, e, w),
             weights_of=lambda v: cards[v].weights_sha256,
+            upgrade=None if both is None else lambda e, w: both.upgrade(e, w)[0],
         )  # fmt: skip
 
     return SimpleNamespace(run=run, adapted=adapted, emb=emb, tmp=tmp_path, loaded=loaded)
@@ -267,3 +270,104 @@ def test_adapted_embeddings_apply_the_saved_map(tmp_path):
     assert (got.new, got.old, got.row) == ("v2p", "v1", "adapt(m)")
     np.testing.assert_array_equal(got.rows, fitted.apply(emb["v2p"]))
     np.testing.assert_allclose(got.rows, emb["v1"], atol=1e-5)
+
+
+def test_an_adapter_with_a_psi_of_the_same_pair_has_a_partial_backfill_curve():
+    """Better queries (v2 rotated by R) served through the exact adapter R^T while psi (exact:
+    psi(v1) = v1 R) upgrades v1's gallery. The curve runs from the adapted cell (f = 0) to the
+    forward cell M(new, psi(old)) (f = 1); in between each row group is searched with its own
+    query (adapt(q) on old rows, q on upgraded rows). Both maps are exact, so every score is
+    that of v2's queries on v1's rows in one space: the whole curve, calibrated or raw, is that
+    one cell."""
+    manifest, emb, rot = synthetic()
+    better = {**emb, "v2p": _unit(emb["v2"].astype(np.float64) @ rot)}
+    rows = _unit(better["v2p"].astype(np.float64) @ rot.T)
+    psi_v1 = _unit(emb["v1"].astype(np.float64) @ rot)
+    cfg = EvaluateConfig(**CFG)
+    adapted = {"m": AdaptedRows("m", "v2p", "v1", rows)}
+    out = evaluate_adapted(manifest, better, adapted, cfg, upgraded={"v2p": ("v1", psi_v1)})
+    e = out["m"]
+    assert e["backfill"] == {
+        "gallery": "psi(v1)", "note": None, "fractions": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "order": {"kind": "random", "seed": 0}, "calibration": "match",
+    }  # fmt: skip
+    protos = create_protocols(["identification"])
+    direct = lambda q, g: evaluate_manifest(manifest, q, g, protos)["identification"].metrics  # noqa: E731
+    one_space = direct(emb["v2"], emb["v1"])
+    for metric in ("top1", "mAP"):
+        m = e["metrics"]["identification"][metric]
+        assert m["forward"] == direct(better["v2p"], psi_v1)[metric]
+        assert m["forward"] == pytest.approx(one_space[metric], abs=1e-9)
+        assert m["forward_minus_adapted"]["value"] == pytest.approx(m["forward"] - m["adapted"])
+        assert m["forward_minus_old"]["value"] == pytest.approx(m["forward"] - m["old"])
+        assert "forward" in m["interval"]
+        for key in ("curve", "curve_raw"):
+            points = m[key]
+            assert [p["fraction"] for p in points] == [0.0, 0.25, 0.5, 0.75, 1.0]
+            assert points[0]["value"] == m["adapted"] and points[-1]["value"] == m["forward"]
+            for p in points:
+                assert p["value"] == pytest.approx(one_space[metric], abs=1e-6), (key, p)
+    # Without a psi, or with a psi of another pair: the entry is as before / says why not.
+    plain = evaluate_adapted(manifest, better, adapted, cfg)["m"]
+    assert "backfill" not in plain and "curve" not in plain["metrics"]["identification"]["top1"]
+    other = evaluate_adapted(manifest, better, adapted, cfg, upgraded={"v2p": ("v2", psi_v1)})
+    assert other["m"]["backfill"] == {
+        "gallery": "psi(v2)",
+        "note": "psi upgrades v2's gallery, not v1's: no curve",
+    }
+    assert "curve" not in other["m"]["metrics"]["identification"]["top1"]
+
+
+def test_the_served_pair_curve_differs_from_raw_merging_where_the_spaces_score_differently():
+    """A psi that upgrades v1's rows into a space whose scores spread wider than the adapted
+    queries' scores on old rows: raw merging is not the calibrated curve in between, while
+    the end points are shared."""
+    manifest, emb, rot = synthetic()
+    better = {**emb, "v2p": _unit(emb["v2"].astype(np.float64) @ rot)}
+    rows = _unit(better["v2p"].astype(np.float64) @ rot.T)
+    rng = np.random.default_rng(3)
+    psi_v1 = _unit(emb["v2"].astype(np.float64) @ rot + 0.3 * rng.standard_normal(emb["v1"].shape))
+    cfg = EvaluateConfig(**{**CFG, "protocols": ["identification"]})
+    out = evaluate_adapted(
+        manifest, better, {"m": AdaptedRows("m", "v2p", "v1", rows)}, cfg,
+        upgraded={"v2p": ("v1", psi_v1)},
+    )  # fmt: skip
+    m = out["m"]["metrics"]["identification"]["mAP"]
+    cal, raw = m["curve"], m["curve_raw"]
+    assert cal[0] == raw[0] and cal[-1] == raw[-1]
+    assert any(c["value"] != r["value"] for c, r in zip(cal[1:-1], raw[1:-1], strict=True))
+
+
+def test_a_gallery_map_on_an_adapters_pair_gives_the_served_pair_curve(runner):
+    """The stage's path: evaluate.forward names a gallery map v1 -> v2p (fitted by compat.maps,
+    exact: v2p is a rotation of v1) and evaluate.adapters the adapter v2p -> v1. Only that pair
+    is picked (a forward map of a version no adapter serves is never opened), and the entry has
+    the forward cell and a flat curve: both maps are exact."""
+    from compat.maps import CheckConfig, fit_map, save_map
+
+    emb = runner.emb
+    adapter = runner.tmp / "maps" / "v2p-to-v1"
+    _save_map(adapter, emb)
+    psi = runner.tmp / "maps" / "v1-to-v2p"
+    fitted = fit_map(
+        "procrustes", emb["v1"], emb["v2p"], params={}, check=CheckConfig(refuse=False),
+        role="gallery-map", from_name="v1", to_name="v2p",
+        source_info={"version": "v1", "weights_sha256": "sha-v1"},
+        target_info={"version": "v2p", "weights_sha256": "sha-v2p"},
+    )  # fmt: skip
+    save_map(psi, fitted)
+    forward = {"v2p": str(psi), "v2": str(runner.tmp / "nowhere")}  # v2: no adapter, not opened
+    cfg = EvaluateConfig(
+        chain=["v1", "v2"], paragon={"v2": "v2p"}, protocols=["identification"], bootstrap=50,
+        adapters={"v2p-to-v1": str(adapter)}, forward=forward,
+    )  # fmt: skip
+    both = served_pair_maps(cfg.forward, adapter_joins(cfg.adapters))
+    assert both is not None and list(both.maps) == ["v2p"] and both.sources() == {"v2p": "v1"}
+    e = runner.adapted(cfg)["v2p-to-v1"]
+    assert e["backfill"]["gallery"] == "psi(v1)" and e["backfill"]["note"] is None
+    top1 = e["metrics"]["identification"]["top1"]
+    assert top1["forward"] == pytest.approx(top1["self"], abs=1e-9)
+    assert [p["fraction"] for p in top1["curve"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    for p in top1["curve"]:
+        assert p["value"] == pytest.approx(top1["old"], abs=0.02)
+    assert served_pair_maps({}, adapter_joins(cfg.adapters)) is None

@@ -241,7 +241,7 @@ def _evaluate_stage(monkeypatch, report):
     spec = importlib.util.spec_from_file_location("stage_evaluate", root / "stages" / "evaluate.py")
     stage = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stage)
-    monkeypatch.setattr(stage, "load_config", lambda *a: SimpleNamespace(device=None))
+    monkeypatch.setattr(stage, "load_config", lambda *a: SimpleNamespace(device=None, forward={}))
     monkeypatch.setattr("compat.data.split.load_eval_manifest", lambda path: None)
     monkeypatch.setattr("compat.data.sources.open_source", lambda path: SimpleNamespace(
         load=None, fingerprint="f"))  # fmt: skip

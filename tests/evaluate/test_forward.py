@@ -160,8 +160,11 @@ def test_config_forward_fields():
     c = EvaluateConfig(chain=["v1", "v2"], forward={"v2": "models/v2/upgrade"})
     assert c.backfill_fractions == [0.0, 0.25, 0.5, 0.75, 1.0] and c.versions() == ["v1", "v2"]
     assert EvaluateConfig(chain=["v1"]).forward == {}
-    with pytest.raises(ValueError, match="not in the chain"):
+    with pytest.raises(ValueError, match="'v3' is neither in the chain .* nor a paragon"):
         EvaluateConfig(chain=["v1"], forward={"v3": "x"})
+    # A paragon may have a psi too (an outside model whose gallery maps are evaluated).
+    p = EvaluateConfig(chain=["v1", "v2"], paragon={"v2": "v2p"}, forward={"v2p": "m/up"})
+    assert p.forward == {"v2p": "m/up"} and p.versions() == ["v1", "v2", "v2p"]
     with pytest.raises(ValueError, match="increasing"):
         EvaluateConfig(chain=["v1"], backfill_fractions=[0.5, 0.25])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
@@ -178,7 +181,7 @@ class _Fixed(nn.Module):
 
 
 def test_runner_adds_the_forward_section_only_when_configured(tmp_path):
-    from compat.models.upgrade import UpgradeModule, save_upgrade
+    from compat.maps.psi import UpgradeModule, save_upgrade
 
     manifest, emb, _ = synthetic(n_classes=30)
     n = len(manifest.items)
@@ -194,9 +197,12 @@ def test_runner_adds_the_forward_section_only_when_configured(tmp_path):
     )  # fmt: skip
 
     def run(cfg):
+        from compat.maps.gallery import ForwardMaps  # the evaluate stage opens the maps
+
         return run_evaluation(
             cfg, manifest, lambda ids: images[[pos[i] for i in ids]], "src",
             lambda v: (models[v], cards[v]), tmp_path / "cache",
+            gallery_maps=ForwardMaps(cfg.forward) if cfg.forward else None,
         )  # fmt: skip
 
     plain = run(EvaluateConfig(chain=["v2"], protocols=["identification"], bootstrap=0))

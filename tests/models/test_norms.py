@@ -1,7 +1,8 @@
 """Rows read from files reach unit length at any finite scale (issue 30 item 8), and ordinary
 rows keep the exact bits of the plain formula, wherever compat L2-normalises them: ``compat
 score`` (compat.models.norms), the truncate of different widths (compat.embeddings.dims) and
-psi's input (compat.models.upgrade.normalize_rows: every backfill and forward evaluation)."""
+psi's input and every map's (compat.models.norms.normalize_rows, the same rule in torch: every
+backfill and forward evaluation)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from compat.embeddings.dims import fit_dim
-from compat.models.norms import l2_normalize_rows
-from compat.models.upgrade import UpgradeModule, normalize_rows, upgrade_array
+from compat.maps.psi import UpgradeModule, upgrade_array
+from compat.models.norms import l2_normalize_rows, normalize_rows
 
 SCALES = [1e20, 1e-30, 3e38 / 8, 1e-40]  # overflow, underflow, near float32's max, subnormal
 

@@ -81,7 +81,7 @@ def test_gather_embeddings_loads_a_model_only_on_a_cache_miss(tmp_path, monkeypa
 
 
 def _psi_project(tmp_path: Path) -> tuple[A.Paths, dict[str, VersionRecord]]:
-    from compat.models.upgrade import UpgradeModule, save_upgrade
+    from compat.maps.psi import UpgradeModule, save_upgrade
 
     save_upgrade(
         tmp_path / "models" / "v2" / "upgrade", UpgradeModule(4, 4, 8).eval(),

@@ -22,9 +22,9 @@ def _fit_psi(project, folder, source="v1", target="v2"):
     not how well psi generalises (tests/backfill does that)."""
     import torch
 
-    from compat.models.upgrade import save_upgrade
-    from compat.train.upgrade import fit_upgrade
-    from compat.train.upgrade_config import UpgradeConfig
+    from compat.maps.psi import save_upgrade
+    from compat.maps.psi_config import UpgradeConfig
+    from compat.maps.psi_fit import fit_upgrade
 
     torch.set_num_threads(1)
     old, new = project.embeddings(1.5, 1), project.embeddings(0.8, 2)

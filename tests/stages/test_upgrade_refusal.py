@@ -88,7 +88,7 @@ def test_stage_refuses_a_psi_that_does_not_beat_no_upgrade(in_tmp, capsys):
     assert card["residual"] is True and card["metrics"]["val_split"] == "classes"
     assert card["metrics"]["num_val"] == 12  # 2 of 8 classes held out
 
-    from compat.evaluate.runner import upgraded_embeddings
+    from compat.maps.gallery import upgraded_embeddings
     from compat.models.card import read_upgrade_card
 
     assert read_upgrade_card(folder).is_refused

@@ -9,7 +9,7 @@ Example::
 
 ``from`` defaults to the version's parent (its model card). ``hidden`` defaults to BiCT's ratio,
 8x the old embedding's width (4096 for 512-d; 1024 for the default 128-d). Narrower is faster to
-apply: see :mod:`compat.models.upgrade` for the measured trade-off (1024 was 23-35x cheaper per
+apply: see :mod:`compat.maps.psi` for the measured trade-off (1024 was 23-35x cheaper per
 item than re-embedding with the small CNN, 256 about 100x).
 """
 

@@ -12,7 +12,7 @@ images the new model learned from, which the team still holds when it trains the
 
 psi never makes a gallery worse than leaving it alone (issue: a psi fitted on 2,000 pairs made
 the stored gallery worse than no upgrade): where dims agree it starts as the identity (a
-residual psi, :class:`~compat.models.upgrade.UpgradeModule`), AdamW's weight decay shrinks it
+residual psi, :class:`~compat.maps.psi.UpgradeModule`), AdamW's weight decay shrinks it
 back toward the identity, a seeded ``val_fraction`` of the pairs (whole classes when labels are
 known) is held out, every epoch (and the start) is scored there by retrieval (the new version's
 held-out embeddings as queries against psi(old) as the gallery, top-1), the best epoch is kept and
@@ -40,11 +40,11 @@ import torch
 import torch.nn.functional as F
 
 from compat.errors import BadInputError, NotFoundError
+from compat.maps.psi import UpgradeModule, save_upgrade, upgrade_folder
+from compat.maps.psi_config import UpgradeConfig
 from compat.models.card import ModelCard, UpgradeCard, UpgradeRefusal, read_model_card
-from compat.models.upgrade import UpgradeModule, save_upgrade, upgrade_folder
 from compat.names import inside
 from compat.train.device import determinism, resolve_device
-from compat.train.upgrade_config import UpgradeConfig
 
 METRICS = "metrics.json"
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from compat.cli.main import app
 from compat.embeddings.bundle import EmbeddingBundle, save_bundle
 from compat.errors import BadInputError
+from compat.maps.psi import UpgradeModule, load_upgrade, save_upgrade, upgrade_array
 from compat.models.card import read_upgrade_card
-from compat.models.upgrade import UpgradeModule, load_upgrade, save_upgrade, upgrade_array
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -8,26 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from compat.models.upgrade import UpgradeModule, upgrade_array
-from compat.train.upgrade import (
+from compat.maps.psi import UpgradeModule, upgrade_array
+from compat.maps.psi_config import UpgradeConfig
+from compat.maps.psi_fit import (
     _evaluate,
     fit_upgrade,
     gain_lower_bound,
     heldout_split,
     heldout_top1,
 )
-from compat.train.upgrade_config import UpgradeConfig
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def unit(x: np.ndarray) -> np.ndarray:
+def unit(x: np.ndarray) -> np.ndarray:  # one torch thread: tests/maps/conftest.py
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 

@@ -8,8 +8,8 @@ import torch
 from pydantic import ValidationError
 
 from compat.errors import BadInputError
-from compat.train.upgrade import fit_upgrade, upgrade_loss
-from compat.train.upgrade_config import UpgradeConfig
+from compat.maps.psi_config import UpgradeConfig
+from compat.maps.psi_fit import fit_upgrade, upgrade_loss
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -84,13 +84,13 @@ def test_config_section():
 
 
 def test_config_module_is_import_light(heavy_imports):
-    assert heavy_imports("compat.train.upgrade_config") == []
+    assert heavy_imports("compat.maps.psi_config") == []
 
 
 def test_a_loss_that_turns_non_finite_stops_the_fit_naming_the_epoch(monkeypatch):
     """Issue 30 case 4 for psi: a loss that turns NaN (a diverging fit) stops the fit at the end
     of that epoch with the epoch and the loss named; no psi is returned, so none is saved."""
-    import compat.train.upgrade as upgrade
+    import compat.maps.psi_fit as upgrade
 
     real = upgrade.upgrade_loss
     monkeypatch.setattr(upgrade, "upgrade_loss", lambda *a: real(*a) * float("nan"))

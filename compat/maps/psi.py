@@ -1,5 +1,5 @@
 """psi, the upgrade module: BiCT's forward step (Su et al., "Privacy-Preserving Model Upgrades
-with Bidirectional Compatible Training in Image Retrieval").
+with Bidirectional Compatible Training in Image Retrieval"), compat's first gallery map.
 
 psi maps a stored gallery embedding of the old version into the new version's space without the
 image: ``psi(phi_old(x)) ~ phi_new(x)``. Architecture (BiCT, and FCT's transformation is similar):
@@ -16,18 +16,23 @@ MLP above and f's output Linear initialised at zero, so an unfitted psi is exact
 and fitting moves it away from "leave the gallery alone" only as far as the pairs justify (the
 ReZero / Fixup idea: a residual branch that starts at zero; Bachlechner et al. 2020, Zhang et al.
 2019). Weight decay on f is then shrinkage toward the identity, and a psi the upgrade stage
-refuses is saved as this identity (:mod:`compat.train.upgrade`). Cards without ``residual``
+refuses is saved as this identity (:mod:`compat.maps.psi_fit`). Cards without ``residual``
 (written before it existed) load the plain MLP.
 
 Inputs and outputs are L2-normalised, as galleries store them: :meth:`UpgradeModule.upgrade`
-normalises its input (:func:`normalize_rows`: rows of any finite scale, 1e20 or 1e-30, reach unit
-length; ordinary rows get the bits of ``F.normalize``), applies psi and normalises the result. :func:`upgrade_array` is the fast
-inference path (BatchNorm folded into the preceding Linear, in-place ReLU, fixed row blocks:
+normalises its input (:func:`compat.models.norms.normalize_rows`: rows of any finite scale, 1e20
+or 1e-30, reach unit length; ordinary rows get the bits of ``F.normalize``), applies psi and
+normalises the result. :func:`upgrade_array` is the fast inference path (BatchNorm folded into the preceding Linear, in-place ReLU, fixed row blocks:
 :mod:`compat.models.rowblocks`) and is tested against the plain eval-mode module.
 
 On disk psi lives in ``models/<new version>/upgrade/``: ``weights.safetensors`` plus
 ``card.json`` naming the ``from`` and ``to`` versions, both versions' weights sha256, the data it
 was fitted on and its own weights' sha256 (checked on every load).
+
+As a map between embedding spaces psi is a :class:`Psi` (role ``gallery-map``), what
+:func:`compat.maps.open_map` returns for such a folder: the same interface as a
+:class:`compat.maps.store.Map`, so backfill, the gate, the CLI and the evaluate stage apply
+either without asking which it is.
 """
 
 from __future__ import annotations
@@ -42,15 +47,17 @@ from torch import nn
 
 from compat.errors import BadInputError
 from compat.io import atomic_path, sha256_bytes
+from compat.maps.folder import Joins, SpaceMap
 from compat.models.card import (
     CARD_SCHEMA,
     UPGRADE_KIND,
     UpgradeCard,
+    check_upgrade,
     read_upgrade_card,
     write_upgrade_card,
 )
-from compat.models.norms import TINY_NORM
-from compat.models.rowblocks import ROW_BLOCK, map_rows
+from compat.models.norms import normalize_rows
+from compat.models.rowblocks import GPU_ROW_BLOCK, ROW_BLOCK, map_rows
 from compat.models.version import read_verified
 
 UPGRADE_DIR = "upgrade"
@@ -58,28 +65,9 @@ WEIGHTS = "weights.safetensors"
 BICT_RATIO = 8  # BiCT: d_h = 4096 for 512-d embeddings
 
 
-def normalize_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """``F.normalize(x, dim=1)`` (the same operations, so the same bits) for ordinary rows;
-    a row whose norm overflows float32 (entries near 1e20) or underflows (near 1e-30) is
-    divided by its largest absolute value first, so it too reaches unit length instead of
-    zeros. An all-zero row stays zero."""
-    norms = x.norm(2, 1, keepdim=True)
-    out = x / norms.clamp_min(eps).expand_as(x)
-    bad = ~torch.isfinite(norms[:, 0]) | (norms[:, 0] < TINY_NORM)
-    if bool(bad.any()):
-        rows = x[bad].double()
-        peak = rows.abs().amax(dim=1, keepdim=True)
-        scaled = rows / torch.where(peak > 0, peak, torch.ones_like(peak))
-        out[bad] = F.normalize(scaled, dim=1).to(out.dtype)
-    return out
-
-
 def default_hidden(in_dim: int) -> int:
     """psi's default hidden width: BiCT's ratio (4096 / 512) times the old embedding's width."""
     return BICT_RATIO * in_dim
-
-
-GPU_ROW_BLOCK = 8192  # rows per product on a GPU (a fixed block, as ROW_BLOCK on the CPU)
 
 
 class UpgradeModule(nn.Module):
@@ -267,13 +255,52 @@ def load_upgrade(path: str | Path) -> tuple[UpgradeModule, UpgradeCard]:
     return psi.eval(), card
 
 
+# --------------------------------------------------------------------------- as a map
+
+
+class Psi(SpaceMap):
+    """psi opened as a map between spaces (:class:`compat.maps.folder.SpaceMap`): its upgrade
+    card and the folded module (:class:`FoldedUpgrade`), role ``gallery-map``. A refused psi is
+    served: its weights are the identity the upgrade stage saved ("no upgrade")."""
+
+    card: UpgradeCard
+    serves_refused = True
+
+    @property
+    def role(self) -> str:
+        return "gallery-map"  # old rows into the new space
+
+    @property
+    def held_out_lower_bound(self) -> float | None:
+        """The lower bound of psi's held-out top-1 gain that decided whether it was kept."""
+        return (self.card.metrics or {}).get("val_top1_gain_lower_bound")
+
+    def _check_joins(self, joins: Joins, in_dim: int | None, rows_of: str) -> None:
+        """The versions and weights psi's card records, and the rows' width
+        (:func:`compat.models.card.check_upgrade`: its messages)."""
+        check_upgrade(
+            self.card, self.where, target=self.card.to if joins.target is None else joins.target,
+            source=joins.source, wanted=joins.wanted, from_weights=joins.from_weights,
+            to_weights=joins.to_weights, weights_origin=joins.weights_origin, in_dim=in_dim,
+            rows_of=rows_of, rerun=joins.rerun,
+        )  # fmt: skip
+
+
+def open_psi(folder: str | Path, device: str | torch.device = "cpu") -> Psi:
+    """psi in ``folder`` as a :class:`Psi` (:func:`load_upgrade`: sha256 checked)."""
+    psi, card = load_upgrade(folder)
+    return Psi(card, FoldedUpgrade(psi, device), Path(folder))
+
+
 __all__ = [
     "BICT_RATIO",
     "UPGRADE_DIR",
     "FoldedUpgrade",
+    "Psi",
     "UpgradeModule",
     "default_hidden",
     "load_upgrade",
+    "open_psi",
     "read_upgrade_card",
     "save_upgrade",
     "upgrade_array",
