@@ -1,7 +1,7 @@
 """dvc.yaml and params.yaml name the same versions (docs/design.md: one name four times).
 
-Checked for the default pipeline at the root and for experiments/bict (the lambda sweep), whose
-stages run the same scripts from its own folder.
+Checked for the default pipeline at the root; experiments/bict (the lambda sweep: one train,
+upgrade and evaluate stage per point, foreach) is checked the same way by tests/test_bict.py.
 """
 
 import json
@@ -18,7 +18,7 @@ import yaml
 from compat.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
-PIPELINES = {"root": (REPO, ""), "bict": (REPO / "experiments" / "bict", "../../")}
+PIPELINES = {"root": (REPO, "")}
 pipelines = pytest.mark.parametrize("pipeline", list(PIPELINES))
 
 
@@ -107,41 +107,6 @@ def test_no_stage_writes_to_the_registry(pipeline):
         assert "compat register" not in stage["cmd"] and "compat promote" not in stage["cmd"], name
         outs = [o if isinstance(o, str) else next(iter(o)) for o in stage.get("outs", [])]
         assert not any(o.startswith("registry") for o in outs), name
-
-
-def _load_summarize():
-    import importlib.util
-
-    path = REPO / "experiments" / "bict" / "summarize.py"
-    spec = importlib.util.spec_from_file_location("bict_summarize", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bict_summary_reads_each_finished_experiment_once_sorted_by_lambda():
-    summarize = _load_summarize()
-
-    def rev(name, lam, backward=None):
-        metrics = {}
-        if backward is not None:
-            cell = {k: 0.5 for k in ("old", "backward", "forward", "self")} | {"backward": backward}
-            metrics = {summarize.METRICS: {"data": {"v2": {"identification": {"top1": cell, "mAP": cell}}}}}  # fmt: skip
-        params = {summarize.PARAMS: {"data": {"train": {"v2": {"method_params": {"lam": lam}}}}}}
-        return {"rev": "0" * 40, "name": name, "data": {"metrics": metrics, "params": params}}
-
-    show = [
-        {"rev": "workspace", "data": {}, "experiments": None},
-        {**rev("main", 1.0, 0.30), "experiments": [
-            {"revs": [rev("b", 3.0, 0.25)]},
-            {"revs": [rev("a", 0.0, 0.01)]},
-            {"revs": [rev("queued", 0.3)]},  # no metrics yet: skipped
-        ]},
-    ]  # fmt: skip
-    rows = summarize.rows_from(show)
-    assert [r["lam"] for r in rows] == [0.0, 1.0, 3.0]
-    assert [r["backward_top1"] for r in rows] == pytest.approx([1.0, 30.0, 25.0])
-    assert rows[1]["name"] == "main" and rows[1]["forward_mAP"] == pytest.approx(50.0)
 
 
 EXPERIMENTS = sorted(p.parent for p in REPO.glob("experiments/*/dvc.yaml"))
