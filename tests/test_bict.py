@@ -2,7 +2,7 @@
 
 * The sweep's points (params.yaml ``upgrade``; one v2 version each) are named the same way in
   params.yaml ``train``, evaluate.yaml and dvc.yaml's per-point stages, as DVC expands them.
-* results/lambda.md and lambda.json are what summarize.py derives from the committed per-point
+* experiments/bict/results/lambda.md and lambda.json are what summarize.py derives from the committed per-point
   metrics (like tests/test_readme_numbers.py for the README): a hand edit, or metrics committed
   without re-running summarize, fails here. Skipped only while no point's metrics are committed
   (before the first full `dvc repro` of the sweep).
@@ -146,7 +146,7 @@ def test_results_are_what_the_committed_metrics_give(summarize):
     summary = summarize.summarize(summarize.load_points(BICT))
     results = BICT / "results"
     assert (results / "lambda.md").read_text(encoding="utf-8") == summarize.render(summary), (
-        "results/lambda.md differs from the committed metrics: run python summarize.py in "
+        "experiments/bict/results/lambda.md differs from the committed metrics: run python summarize.py in "
         "experiments/bict"
     )
     assert (results / "lambda.json").read_text(encoding="utf-8") == summarize.dump(summary)
