@@ -1,6 +1,6 @@
 """dvc.yaml and params.yaml name the same versions (docs/design.md: one name four times).
 
-Checked for the default pipeline at the root; experiments/bict (the lambda sweep: one train,
+Checked for the default pipeline at the root and experiments/adapters; experiments/bict (the lambda sweep: one train,
 upgrade and evaluate stage per point, foreach) is checked the same way by tests/test_bict.py.
 """
 
@@ -18,7 +18,7 @@ import yaml
 from compat.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
-PIPELINES = {"root": (REPO, "")}
+PIPELINES = {"root": (REPO, ""), "adapters": (REPO / "experiments" / "adapters", "../../")}
 pipelines = pytest.mark.parametrize("pipeline", list(PIPELINES))
 
 
@@ -96,6 +96,10 @@ def test_adapt_stage_and_evaluate_name_the_maps_of_the_adapt_section(pipeline):
         cfg = params.adapt[name]
         needed |= {cfg.new, cfg.old} | ({bct_of[cfg.new]} if cfg.new in bct_of else set())
     assert weights == needed
+    # A gallery map of evaluate.forward on a version an adapter serves: the served pair's curve.
+    served = {params.adapt[name].new for name in params.evaluate.adapters}
+    for version, path in params.evaluate.forward.items():
+        assert (path in adapted["deps"]) == (version in served), (version, path)
 
 
 @pipelines

@@ -160,7 +160,7 @@ def test_config_forward_fields():
     c = EvaluateConfig(chain=["v1", "v2"], forward={"v2": "models/v2/upgrade"})
     assert c.backfill_fractions == [0.0, 0.25, 0.5, 0.75, 1.0] and c.versions() == ["v1", "v2"]
     assert EvaluateConfig(chain=["v1"]).forward == {}
-    with pytest.raises(ValueError, match="'v3' is neither in the chain .* nor a paragon"):
+    with pytest.raises(ValueError, match=r"'v3' is neither in the chain .* nor a paragon"):
         EvaluateConfig(chain=["v1"], forward={"v3": "x"})
     # A paragon may have a psi too (an outside model whose gallery maps are evaluated).
     p = EvaluateConfig(chain=["v1", "v2"], paragon={"v2": "v2p"}, forward={"v2p": "m/up"})
