@@ -395,8 +395,6 @@ def _by_lambda(per: dict[str, Any]) -> dict[str, Any]:
 def _result7() -> dict[str, str]:
     """The lambda sweep as experiments/bict/summarize.py judged it (results/lambda.json: the
     rules are there and in experiments/bict/results/lambda.md)."""
-    if not (ROOT / BICT).exists():
-        return _result7_single_run()
     s = _json(BICT)
     per, peak = _by_lambda(s["lambda"]), s["peak"]
     key = f"{peak['lambda']:g}"
@@ -429,27 +427,6 @@ def _result7() -> dict[str, str]:
             "(experiments/bict/results/lambda.md, with the rules)"
         ),
         "verdict": verdict,
-    }
-
-
-def _result7_single_run() -> dict[str, str]:
-    """Row 7 from the single-seed lambda.md of before the seeded sweep (no lambda.json yet);
-    unused once the sweep's results are committed."""
-    rows = _lambda_rows()
-    back = {r["lambda"]: float(r["backward"].split(" / ")[0]) for r in rows}
-    lams = list(back)
-    peak = max(lams, key=lambda k: back[k])
-    interior = lams.index(peak) not in (0, len(lams) - 1)
-    fwd_above = [r["lambda"] for r in rows if float(r["forward"].split(" / ")[0]) > back[r["lambda"]]]  # fmt: skip
-    shown = ", ".join(f"{back[k]:.1f} ({k})" for k in lams[-3:])
-    return {
-        "result": "7 bict lambda",
-        "expected": "M(new, old) peaks at an intermediate lambda; forward beats backward at small lambda",
-        "measured": (
-            f"backward by lambda: {shown}; peak at lambda {peak}; forward above backward for "
-            f"lambda {', '.join(fwd_above) or 'none'} (experiments/bict/results/lambda.md, one seed)"
-        ),
-        "verdict": "held" if interior and fwd_above else "did not hold",
     }
 
 
@@ -536,30 +513,11 @@ def reproduction(path: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def _lambda_rows() -> list[dict[str, str]]:
-    """The rows of the single-seed experiments/bict/results/lambda.md of before the seeded sweep
-    (read only while results/lambda.json is absent)."""
-    text = (ROOT / "experiments" / "bict" / "results" / "lambda.md").read_text(encoding="utf-8")
-    rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and re.fullmatch(r"[\d.]+", cells[0]):
-            rows.append(dict(zip(("lambda", "old", "backward", "forward", "self"), cells, strict=True)))  # fmt: skip
-    return rows
-
-
 def bict_lambda() -> str:
     """Per lambda: each cell's top-1 mean [min, max] over seeds / mAP mean, forward above
     backward on how many seeds, psi refused on how many (experiments/bict/results/lambda.json)."""
     cells = ("old", "backward", "forward", "self")
     head = "| lambda | M(v1, v1) | backward M(v2, v1) | forward M(v2, psi(v1)) | self M(v2, v2) |"
-    if not (ROOT / BICT).exists():
-        lines = [head, "|---|---|---|---|---|"]
-        lines += [
-            f"| {r['lambda']} | {r['old']} | {r['backward']} | {r['forward']} | {r['self']} |"
-            for r in _lambda_rows()
-        ]
-        return "\n".join(lines)
     per = _by_lambda(_json(BICT)["lambda"])
     lines = [
         "| lambda | seeds" + head.removeprefix("| lambda") + " forward > backward | psi refused |",
