@@ -266,6 +266,12 @@ def _ival(e: dict[str, Any], term: str) -> str:
     return "" if lo is None else f" [{pct(lo)}, {pct(hi)}]"
 
 
+def _psi_share(top1: dict[str, Any]) -> float | None:
+    """M(new, psi(v1)) over BCT's M(v, v1), top-1, from an adapted entry (None without both)."""
+    bct = top1.get("bct")
+    return top1["forward"] / bct if "forward" in top1 and bct else None
+
+
 def _scratch_models() -> dict[str, list[str]]:
     """Each outside model of experiments/adapters with its maps, in the order fitted."""
     out: dict[str, list[str]] = {}
@@ -286,6 +292,7 @@ def adapters_scratch() -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for new, names in _scratch_models().items():
+        # The cells every map of one model shares (raw, psi's forward): its first map's entry.
         first = cells[names[0]]["metrics"]["identification"]
         t, a = first["top1"], first["mAP"]
         rows.append(
@@ -303,13 +310,13 @@ def adapters_scratch() -> str:
                 f"{_ival(t, 'adapted')} | {pct(a['adapted'])} | "
                 f"{100 * t['adapted_minus_old']['lower_bound']:+.1f} | "
                 f"{'n/a' if share is None else f'{share:.2f}'} | {pct(h['top1'])} / "
-                f"{pct(h['baseline'] if 'baseline' in h else h['no_map'])}: "
+                f"{pct(h['baseline'])}: "
                 f"{'refused' if fit['refused'] else 'kept'} | {fit['fit_seconds']:.1f} | "
                 f"{fit['apply_us_per_query']:.1f} |"
             )
+        t, a = first["top1"], first["mAP"]
         if "forward" in t:
-            bct = t.get("bct")
-            share = t["forward"] / bct if bct else None
+            share = _psi_share(t)
             rows.append(
                 f"| {new} | psi on v1's gallery (no query map) | {pct(t['forward'])}"
                 f"{_ival(t, 'forward')} | {pct(a['forward'])} | "
@@ -342,11 +349,7 @@ def adapters_scratch_notes() -> str:
             out.append(
                 f"Its best query adapter ({best}) reaches {share:.2f} of BCT's M({bct}, v1) "
                 f"top-1 (target {target:.2f}: {verdict})"
-                + (
-                    f"; psi on the gallery {bt['forward'] / bt['bct']:.2f}."
-                    if "forward" in bt and bt.get("bct")
-                    else "."
-                )
+                + (f"; psi on the gallery {_psi_share(bt):.2f}." if _psi_share(bt) else ".")
             )
         if bt.get("curve"):
             curve = ", ".join(pct(p["value"]) for p in bt["curve"])
