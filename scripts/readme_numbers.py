@@ -385,10 +385,10 @@ BICT = "experiments/bict/results/lambda.json"
 
 
 def _spread(s: dict[str, float], n: int) -> str:
-    """``mean [min, max]`` over seeds in percent; one seed (or all seeds equal): the value."""
-    if n == 1 or s["min"] == s["max"]:
-        return pct(s["mean"])
-    return f"{pct(s['mean'])} [{pct(s['min'])}, {pct(s['max'])}]"
+    """``mean [min, max]`` over seeds in percent, as experiments/bict/summarize.py writes it in
+    experiments/bict/results/lambda.md (its ``spread_text``)."""
+    summarize = _script("bict_summarize", ROOT / "experiments" / "bict" / "summarize.py")
+    return summarize.spread_text(s, n)
 
 
 def _by_lambda(per: dict[str, Any]) -> dict[str, Any]:
@@ -456,17 +456,22 @@ def _result8() -> dict[str, str]:
 REPRODUCTION = ROOT / "benchmarks" / "results" / "reproduction.json"
 
 
+def _script(name: str, path: Path) -> Any:
+    """A script of the repository loaded as a module (once), to reuse its formatting."""
+    import importlib.util
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def _reproduce() -> Any:
     """benchmarks/reproduce.py as a module: its summarize/setting_text turn the per-seed numbers
     into rows (the same functions write benchmarks/results/reproduction.md)."""
-    import importlib.util
-
-    if "reproduce" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks" / "reproduce.py")  # fmt: skip
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["reproduce"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["reproduce"]
+    return _script("reproduce", ROOT / "benchmarks" / "reproduce.py")
 
 
 def reproduction(path: Path | None = None) -> str:
