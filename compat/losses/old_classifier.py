@@ -4,7 +4,7 @@ BCT's influence loss scores new embeddings with the old classifier. Classes the 
 have no old weights; BCT either synthesizes them ("sys", Sec. 3.3) or drops their samples from the
 influence term. A synthesized row is, by default (``synthesis="normalised"``), the normalised
 mean of the parent's normalised embeddings of that class's training images, scaled to the old
-rows' mean norm with the old biases' mean as its bias (a plain mean of raw features has another
+rows' mean norm with the old biases' mean as its bias where the head has biases (a plain mean of raw features has another
 scale than the trained rows of a linear head); ``synthesis="mean"`` is the paper's and openBCT's
 row, the plain mean of the parent's (L2-normalised) embeddings, neither re-normalised nor
 rescaled, bias 0. A d-Simplex parent needs neither: its K vertices are pre-allocated, and a
@@ -70,7 +70,9 @@ class OldClassifier(nn.Module):
             raise BadInputError("the parent has no classifier head to build an old classifier from")
         old_head = parent.head
         weight = old_head.weight_matrix().detach().float()
-        bias = old_head.fc.bias.detach().float() if isinstance(old_head, Softmax) else None
+        raw = isinstance(old_head, Softmax)  # softmax or linear: rows are not unit vectors
+        bias = old_head.fc.bias if raw else None
+        bias = None if bias is None else bias.detach().float()
         parent_pos = {c: i for i, c in enumerate(parent.classes)}
         self.num_parent = len(parent.classes)
         index = torch.full((len(ctx.classes),), -1, dtype=torch.long)
@@ -87,7 +89,7 @@ class OldClassifier(nn.Module):
                     index[c] = free
                     free += 1
         elif new_cls and self.new_classes == "synthesize":
-            weight, bias = self._synthesize(ctx, weight, bias, new_cls, index)
+            weight, bias = self._synthesize(ctx, weight, bias, new_cls, index, raw=raw)
 
         self.old_index = index.to(ctx.device)
         self.teacher = old_head.frozen_copy(weight.to(ctx.device), _to(bias, ctx.device))
@@ -103,6 +105,7 @@ class OldClassifier(nn.Module):
         bias: torch.Tensor | None,
         new_cls: list[int],
         index: torch.Tensor,
+        raw: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         assert ctx.parent is not None
         k_old = weight.shape[0]
@@ -114,10 +117,10 @@ class OldClassifier(nn.Module):
         labels = slot[ctx.targets[rows]]
         if self.synthesis == "mean":  # the paper's and openBCT's row: the plain class mean
             synth = class_means(feats.float(), labels, len(new_cls))
-            new_bias = torch.zeros(len(new_cls))
+            new_bias = torch.zeros(len(new_cls)) if bias is not None else None
         else:
             # A softmax classifier's rows are not unit vectors: match the old rows' mean norm.
-            norm = float(weight.norm(dim=1).mean()) if bias is not None else 1.0
+            norm = float(weight.norm(dim=1).mean()) if raw else 1.0
             synth = synthesized_rows(feats, labels, len(new_cls), norm=norm)
             new_bias = bias.mean().expand(len(new_cls)) if bias is not None else None
         if bias is not None:

@@ -5,6 +5,8 @@ cos(theta_j) = <f, w_j>, and a head only decides what happens to the target logi
 (:meth:`MarginHead.margin`), so CosFace or ArcFace is a few lines (pytorch-metric-learning style).
 
 - softmax: logits = W f + b (raw features).
+- linear: logits = W f, bias-free, on raw features: the classifier of the IAM-CL2R reference
+  code's ER baseline (miccunifi/iamcl2r, ``Incremental_ResNet.fc2``), grown by new rows per task.
 - normface (Wang et al., ACM MM 2017, "NormFace"): logits = s cos(theta_j).
 - cosface (Wang et al., CVPR 2018, "CosFace", Eq. 4): target logit s (cos(theta_y) - m).
 - arcface (Deng et al., CVPR 2019, "ArcFace", Eq. 3): target logit s cos(theta_y + m), with the
@@ -308,10 +310,11 @@ class Softmax(Head):
     """A plain linear classifier on the raw embedding: logits = W f + b."""
 
     name = "softmax"
+    has_bias = True
 
     def __init__(self, dim: int, num_classes: int, s: float | None = None, m: float | None = None):
         super().__init__(dim, num_classes)
-        self.fc = nn.Linear(dim, num_classes)
+        self.fc = nn.Linear(dim, num_classes, bias=self.has_bias)
 
     def weight_matrix(self) -> torch.Tensor:
         return self.fc.weight
@@ -324,11 +327,25 @@ class Softmax(Head):
     ) -> Head:
         w = self.fc.weight if weight is None else weight
         b = self.fc.bias if bias is None else bias
-        copy = Softmax(w.shape[1], w.shape[0])
+        copy = type(self)(w.shape[1], w.shape[0])
         with torch.no_grad():
             copy.fc.weight.copy_(w)
-            copy.fc.bias.copy_(b)
+            if copy.fc.bias is not None:
+                copy.fc.bias.copy_(b)
         return copy.requires_grad_(False)
+
+
+@HEADS.register("linear")
+class Linear(Softmax):
+    """A bias-free linear classifier on the raw embedding: logits = W f.
+
+    The classifier of the IAM-CL2R reference code's ER baseline (``nn.Linear(feat_size,
+    num_classes, bias=False)``, expanded by fresh rows for each task's new classes) and of the
+    d-Simplex/HOC paper's learnable-classifier runs; plain cross-entropy, no scale or margin.
+    """
+
+    name = "linear"
+    has_bias = False
 
 
 def create_head(name: str, dim: int, num_classes: int, **kwargs: Any) -> Head:
@@ -340,9 +357,9 @@ def create_head(name: str, dim: int, num_classes: int, **kwargs: Any) -> Head:
     factory = HEADS.get(name)
     if name != "dsimplex":
         kwargs.pop("form", None)
-    if name in ("softmax", "normface"):
+    if name in ("softmax", "linear", "normface"):
         kwargs = {k: v for k, v in kwargs.items() if k not in ("m", "easy_margin")}
-    if name in ("softmax", "dsimplex", "cosface"):
+    if name in ("softmax", "linear", "dsimplex", "cosface"):
         kwargs.pop("easy_margin", None)
     try:
         return factory(dim, num_classes, **kwargs)
@@ -357,6 +374,7 @@ __all__ = [
     "DSimplex",
     "FixedLinearHead",
     "Head",
+    "Linear",
     "MarginHead",
     "NormFace",
     "Softmax",

@@ -93,6 +93,20 @@ class TrainConfig(BaseModel):
         None, description="train manifest splits/<split>.json; default: the version's name"
     )
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
+    sampler: Literal["random", "balanced"] = Field(
+        "random",
+        description="random: each epoch a random permutation cut into batches. balanced: every "
+        "batch half replay, half new classes, each half drawn afresh (the IAM-CL2R reference "
+        "code's BalancedBatchSampler; compat.train.sampler), as many batches per epoch",
+    )
+    new_classes: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="balanced: the last new_classes classes of the training set's class list "
+        "are the task's new classes, the others its replay; default: the classes the parent "
+        "version was not trained on",
+    )
 
     # optimisation
     epochs: int = Field(6, ge=1, le=100_000)
@@ -133,6 +147,8 @@ class TrainConfig(BaseModel):
             not 0 < f < 1 for f in self.step_milestones
         ):
             raise ValueError("step_milestones must be increasing fractions in (0, 1)")
+        if self.new_classes is not None and self.sampler != "balanced":
+            raise ValueError("new_classes is read by sampler: balanced only; set both or neither")
         return self
 
     def check_names(self, path: str | os.PathLike[str], prefix: str) -> None:

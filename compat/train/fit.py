@@ -41,6 +41,7 @@ from compat.train.config import TrainConfig
 from compat.train.device import determinism, resolve_device
 from compat.train.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown
 from compat.train.progress import Reporter, log_mlflow, write_metrics
+from compat.train.sampler import BalancedBatches
 from compat.train.schedule import lr_factor
 
 # Whole training sets up to this size are copied to the GPU once and gathered there.
@@ -139,6 +140,7 @@ def fit(
     progress: bool | None = None,
     quiet: bool = False,
     on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None,
+    new_items: torch.Tensor | None = None,
 ) -> FitResult:
     """Train ``model`` + ``head`` with ``loss`` on uint8 (N, H, W, C) ``images`` and ``targets``.
 
@@ -147,6 +149,8 @@ def fit(
     epoch and a matching one (same ``run_fingerprint``) is resumed from. ``on_epoch_end(epoch,
     row)`` runs after each epoch's checkpoint (1-based epoch). Under torchrun, only rank 0 writes.
     ``progress``: the rich bar on (True), off (False), or on when stderr is a terminal (None).
+    ``new_items``: (N,) bool, which images belong to the task's new classes; ``cfg.sampler:
+    balanced`` needs it (:func:`compat.train.sampler.new_items`).
     """
     images_t = _as_uint8_tensor(images)
     targets_t = torch.as_tensor(targets, dtype=torch.long)
@@ -163,6 +167,13 @@ def fit(
             file=sys.stderr,
         )
         cfg = cfg.model_copy(update={"batch_size": len(images_t)})
+    balanced = None
+    if cfg.sampler == "balanced":
+        if new_items is None or new_items.shape != (len(images_t),):
+            raise BadInputError(
+                "sampler: balanced needs new_items, one bool per training image (which are new)"
+            )
+        balanced = BalancedBatches(new_items.to(torch.bool), cfg.batch_size)
     info = init_distributed(use_cuda=resolve_device(cfg.device).type == "cuda")
     try:
         run = _Run(
@@ -173,6 +184,7 @@ def fit(
             info=info,
             ckpt_dir=Path(checkpoint_dir) if checkpoint_dir is not None and cfg.checkpoint else None,
             run_fingerprint=run_fingerprint,
+            balanced=balanced,
         )  # fmt: skip
         with determinism(cfg.deterministic, run.device):
             run.prepare()
@@ -220,8 +232,10 @@ class _Run:
         info: DistInfo,
         ckpt_dir: Path | None,
         run_fingerprint: str | None,
+        balanced: BalancedBatches | None = None,
     ) -> None:
         self.model, self.head, self.loss, self.cfg = model, head, loss, cfg
+        self.balanced = balanced
         self.parent, self.info, self.ckpt_dir = parent, info, ckpt_dir
         self.device = resolve_device(cfg.device)
         if cfg.threads is not None:
@@ -306,13 +320,16 @@ class _Run:
         cfg, info = self.cfg, self.info
         self.loss.on_epoch_start(epoch, self.ctx)
         t0, cpu0 = time.perf_counter(), time.process_time()
-        perm = torch.randperm(self.n, generator=self.gen)
+        perm = torch.randperm(self.n, generator=self.gen) if self.balanced is None else None
         sums: dict[str, torch.Tensor] = {}
         reporter.start_epoch(epoch, self.steps_per_epoch)
         last_report, lr = t0, cfg.lr
         for i in range(self.steps_per_epoch):
             # Every rank draws the whole global batch (same generator), then takes its shard.
-            global_idx = perm[i * cfg.batch_size : (i + 1) * cfg.batch_size]
+            if perm is not None:
+                global_idx = perm[i * cfg.batch_size : (i + 1) * cfg.batch_size]
+            else:
+                global_idx = self.balanced.batch(self.gen)  # type: ignore[union-attr]
             draw = aug.draw(len(global_idx), cfg.augment, self.gen)
             shard = slice(info.rank, None, info.world_size)
             idx = global_idx[shard]

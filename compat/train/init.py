@@ -110,7 +110,8 @@ def copy_head_rows(
             if isinstance(head, Softmax):
                 assert isinstance(parent_head, Softmax)
                 head.fc.weight[dst] = parent_head.fc.weight[src].to(head.fc.weight)
-                head.fc.bias[dst] = parent_head.fc.bias[src].to(head.fc.bias)
+                if head.fc.bias is not None and parent_head.fc.bias is not None:
+                    head.fc.bias[dst] = parent_head.fc.bias[src].to(head.fc.bias)
             elif isinstance(head, LearnedMarginHead):
                 assert isinstance(parent_head, LearnedMarginHead)
                 head.weight[dst] = parent_head.weight[src].to(head.weight)

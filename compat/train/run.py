@@ -218,6 +218,12 @@ def train_arrays(
     if unknown:
         raise BadInputError(f"labels not in the class list: {unknown[:5]}")
     targets = torch.tensor([index[c] for c in labels], dtype=torch.long)
+    new = None
+    if cfg.sampler == "balanced":
+        from compat.train.sampler import new_items
+
+        parent_classes = None if parent_card is None else parent_card.class_names
+        new = new_items(labels, data.classes, cfg.new_classes, parent_classes, f"train.{version}")
 
     seed = derive_seed(cfg.seed, version)
     torch.manual_seed(seed)
@@ -288,6 +294,7 @@ def train_arrays(
         progress=progress,
         quiet=quiet,
         on_epoch_end=on_epoch_end,
+        new_items=new,
     )
     wall = time.perf_counter() - started
     # Every field but schema and weights_sha256, which save_version adds with the weights.

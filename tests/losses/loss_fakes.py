@@ -26,9 +26,10 @@ def pixel_parent(classes, weight, head="cosface", s=2.0, m=0.5) -> FrozenParent:
     weight = torch.as_tensor(weight, dtype=torch.float32)
     h = create_head(head, weight.shape[1], len(classes), s=s, m=m)
     with torch.no_grad():
-        if head == "softmax":
+        if head in ("softmax", "linear"):
             h.fc.weight.copy_(weight)
-            h.fc.bias.zero_()
+            if h.fc.bias is not None:
+                h.fc.bias.zero_()
         elif head != "dsimplex":
             h.weight.copy_(weight)
     card = fake_card(version="v1", dim=weight.shape[1], classes=list(classes), head=head)

@@ -139,12 +139,17 @@ def test_bct_against_dsimplex_parent_uses_preallocated_vertices():
     assert parent.forward_calls == 0
 
 
-def test_bct_softmax_parent_synthesized_rows_match_old_norms():
-    parent = pixel_parent(["a", "b"], [[2.0, 0.0], [0.0, 2.0]], head="softmax")
+@pytest.mark.parametrize("head", ["softmax", "linear"])
+def test_bct_softmax_parent_synthesized_rows_match_old_norms(head):
+    parent = pixel_parent(["a", "b"], [[2.0, 0.0], [0.0, 2.0]], head=head)
     ctx = context(parent, ["a", "b", "c"], pixels((255, 255)), ["c"], dim=2)
     loss = create_loss("bct")
     loss.prepare(ctx)
     assert torch.allclose(loss.old.head.fc.weight[2], torch.tensor([2 * R, 2 * R]), atol=1e-6)
+    assert (loss.old.head.fc.bias is None) == (head == "linear")
+    paper = create_loss("bct", {"synthesis": "mean"})
+    paper.prepare(ctx)  # a bias-free head stays bias-free
+    assert (paper.old.head.fc.bias is None) == (head == "linear")
 
 
 def test_bct_paper_synthesis_is_the_plain_mean_with_bias_zero():

@@ -23,8 +23,8 @@ def head_with(name: str, **kw):
 
 
 def test_catalog_names_and_unknown_name():
-    assert HEADS.names() == ["arcface", "cosface", "dsimplex", "normface", "softmax"]
-    with pytest.raises(UsageError, match="known: arcface, cosface, dsimplex, normface, softmax"):
+    assert HEADS.names() == ["arcface", "cosface", "dsimplex", "linear", "normface", "softmax"]
+    with pytest.raises(UsageError, match="known: arcface, cosface, dsimplex, linear, normface"):
         create_head("sphereface", 2, 3)
 
 
@@ -35,6 +35,20 @@ def test_softmax_is_affine():
         head.fc.bias.copy_(torch.tensor([0.5, 0.0, -1.0]))
     out = head(F45, torch.tensor([0]))
     assert torch.allclose(out, torch.tensor([[3.5, 3.0, -4.0]]))
+
+
+def test_linear_is_bias_free_and_ignores_scale_and_margin():
+    """IAM-CL2R's ER classifier: logits = W f on the raw embedding, no bias, no margin."""
+    head = create_head("linear", 2, 3, s=7.0, m=0.5)
+    assert head.fc.bias is None and head.params() == {}
+    with torch.no_grad():
+        head.fc.weight.copy_(W)
+    out = head(F45, torch.tensor([0]))
+    assert torch.allclose(out, torch.tensor([[3.0, 3.0, -3.0]]))
+    frozen = head.frozen_copy(2 * W)
+    assert frozen.name == "linear" and frozen.fc.bias is None
+    assert not any(p.requires_grad for p in frozen.parameters())
+    assert torch.allclose(frozen(F45), 2 * out)
 
 
 def test_normface_scales_cosines_and_ignores_margin():

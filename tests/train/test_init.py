@@ -97,6 +97,15 @@ def test_copy_head_rows_softmax_rows_and_bias():
         copy_head_rows(create_head("cosface", 4, 3), old, ["a"], ["a"])
 
 
+def test_copy_head_rows_linear_has_no_bias():
+    torch.manual_seed(0)
+    old, new = create_head("linear", 4, 2), create_head("linear", 4, 3)
+    assert copy_head_rows(new, old, ["b", "c", "a"], ["a", "b"]) == (2, 1)
+    torch.testing.assert_close(new.fc.weight[0], old.fc.weight[1])
+    torch.testing.assert_close(new.fc.weight[2], old.fc.weight[0])
+    assert new.fc.bias is None
+
+
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
