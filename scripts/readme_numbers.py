@@ -447,10 +447,31 @@ def _result8() -> dict[str, str]:
         "measured": (
             f"template gallery (the reference's): hoc AC {ac_aa('hoc-template')}, er "
             f"{ac_aa('er-template')}, bct {ac_aa('bct-template')}; instance gallery hoc "
-            f"{ac_aa('hoc')}, er {ac_aa('er')}, bct {ac_aa('bct')}"
+            f"{ac_aa('hoc')}, er {ac_aa('er')}, bct {ac_aa('bct')} ({_sequence_setting()})"
         ),
         "verdict": "held" if hoc >= 0.8 else "did not hold (hoc's AC below 0.8)",
     }
+
+
+def _sequence_setting() -> str:
+    """The sequence protocol as experiments/sequence/params.yaml runs it (one phrase)."""
+    import yaml
+
+    params = yaml.safe_load((ROOT / "experiments/sequence/params.yaml").read_text("utf-8"))
+    scenario = params["split"]["scenarios"][0]
+    tasks = {v: c for v, c in params["train"].items() if v.startswith("hoc-t")}
+    epochs = sorted({c["epochs"] for c in tasks.values()})
+    samplers = sorted({c.get("sampler", "random") for c in tasks.values()})
+    replaced = sorted(
+        int(v.split("-t")[1])
+        for v, c in tasks.items()
+        if str(c.get("parent", "")).startswith("hoc-pre")
+    )[1:]  # task 1 starts from pre0: not a replacement
+    return (
+        f"{scenario['tasks']} tasks, {'/'.join(map(str, epochs))} epochs per task, replay "
+        f"{scenario['memory']} images per class, {'/'.join(samplers)} batches, replacements at "
+        f"tasks {' and '.join(map(str, replaced))}"
+    )
 
 
 REPRODUCTION = ROOT / "benchmarks" / "results" / "reproduction.json"

@@ -31,7 +31,9 @@ against the previous task's version.
 
 Settings merge in this order, later wins: ``train.common``, ``train.<role>``, the method's
 ``train``, the method's ``<role>`` (and for ``pretrain`` the list's entry); ``split``,
-``parent``, ``init`` and ``seed`` are set here.
+``parent``, ``init`` and ``seed`` are set here, and so is ``new_classes`` of a task trained with
+``sampler: balanced`` (the scenario's ``initial`` for task 1, ``per_task`` after it: a task's
+split lists the earlier tasks' classes first, so its new classes are the last that many).
 
 ``galleries`` lists the identification galleries every chain is evaluated with: one
 evaluate.yaml section per method and gallery (``<method>`` for ``instance``,
@@ -263,6 +265,8 @@ def train_configs(seq: Sequence) -> dict[str, dict[str, Any]]:
                 cfg.update(split=f"{task}-all", init="scratch", parent=chain[k - 2])
             else:
                 cfg.update(split=task, init="parent", parent=chain[k - 2])
+            if cfg.get("sampler") == "balanced":
+                cfg["new_classes"] = scenario.initial if k == 1 else scenario.per_task
             out[version] = _validated(method, version, role, cfg)
     return out
 
