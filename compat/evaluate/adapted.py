@@ -174,6 +174,7 @@ def evaluate_adapted(
     partial-backfill curve of an adapter and a psi of the same pair (module docstring).
     """
     from compat.embeddings.dims import align_pair
+    from compat.evaluate.forward import curve_points
 
     protocols = create_protocols(config.protocols, **config.protocol_options())
     names = [p.name for p in protocols]
@@ -264,10 +265,7 @@ def evaluate_adapted(
                 e = _metric_entry(comparison, metric)
                 if curves is not None:
                     for key, points in zip(("curve", "curve_raw"), curves, strict=True):
-                        e[key] = [
-                            {"fraction": f, "value": num(r[p.name].metrics[metric])}
-                            for f, r in sorted(points.items())
-                        ]
+                        e[key] = curve_points(points, p.name, metric)
                 entry["metrics"].setdefault(p.name, {})[metric] = e
         out[name] = entry
     return out
@@ -286,7 +284,7 @@ def _backfill_curve(
     """The entry's ``backfill`` block and its (calibrated, raw) curve cells by fraction, or
     None with a note where there is no curve; adds the ``forward`` term to ``terms``."""
     from compat.embeddings.mixed import GroupStats, calibrated_two_spaces
-    from compat.evaluate.forward import backfill_order, psi_name, upgrade_mask
+    from compat.evaluate.forward import backfill_order, gallery_mask, psi_name, upgrade_mask
 
     psi_from, rows = up
     block: dict[str, Any] = {"gallery": psi_name(psi_from), "note": None}
@@ -306,8 +304,7 @@ def _backfill_curve(
         calibration="match",
     )
     order = backfill_order(manifest, config.seed)
-    in_gallery = np.zeros(len(manifest.items), dtype=bool)
-    in_gallery[np.asarray(manifest.gallery, dtype=np.int64)] = True
+    in_gallery = gallery_mask(manifest)
     # Each group's moments over the whole gallery in its own space: psi(old) rows for the raw
     # queries, old rows for the adapted ones (what the curve's two ends search).
     stats = (GroupStats.of(rows[in_gallery]), GroupStats.of(e_old[in_gallery]))

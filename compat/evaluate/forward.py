@@ -76,6 +76,22 @@ def upgrade_mask(n: int, order: tuple[np.ndarray, np.ndarray], fraction: float) 
     return mask
 
 
+def gallery_mask(manifest: EvalSetLike) -> np.ndarray:
+    """(len(manifest.items),) True for the manifest's gallery items."""
+    in_gallery = np.zeros(len(manifest.items), dtype=bool)
+    in_gallery[np.asarray(manifest.gallery, dtype=np.int64)] = True
+    return in_gallery
+
+
+def curve_points(
+    cells: Mapping[float, Mapping[str, ProtocolResult]], protocol: str, metric: str
+) -> list[dict[str, Any]]:
+    """``{"fraction": f, "value": metric at f}`` for each curve cell, by fraction."""
+    return [
+        {"fraction": f, "value": num(r[protocol].metrics[metric])} for f, r in sorted(cells.items())
+    ]
+
+
 def mixed_gallery(old: np.ndarray, upgraded: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Rows of ``old`` with the ``mask`` rows replaced by their ``upgraded`` version."""
     out = old.copy()
@@ -123,8 +139,7 @@ def evaluate_forward(
             cells["paragon"] = cell(embeddings[paragon], embeddings[paragon])
 
         order = backfill_order(manifest, config.seed)
-        in_gallery = np.zeros(len(manifest.items), dtype=bool)
-        in_gallery[np.asarray(manifest.gallery, dtype=np.int64)] = True
+        in_gallery = gallery_mask(manifest)
         # The two row groups' score moments, measured on the same items in both spaces (the
         # whole gallery, old and upgraded): a psi that changes nothing changes no score.
         paired = (GroupStats.of(up[in_gallery]), GroupStats.of(e_old[in_gallery]))
@@ -197,10 +212,7 @@ def _metric_entry(
                 gain = comparison.gain(term, "old", "paragon", metric, interval=False)
                 e[f"gain_{term}"] = gain.to_json()
     for key, cells in (("curve", curve_cells), ("curve_raw", raw_cells)):
-        e[key] = [
-            {"fraction": f, "value": num(r[protocol].metrics[metric])}
-            for f, r in sorted(cells.items())
-        ]
+        e[key] = curve_points(cells, protocol, metric)
     return e
 
 
@@ -257,9 +269,11 @@ def write_forward(
 __all__ = [
     "TERMS",
     "backfill_order",
+    "curve_points",
     "curve_rows",
     "evaluate_forward",
     "flat_forward",
+    "gallery_mask",
     "mixed_gallery",
     "plot_backfill",
     "psi_name",

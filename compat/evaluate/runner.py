@@ -93,7 +93,7 @@ def run_evaluation(
             "(compat.maps.gallery.ForwardMaps(config.forward))"
         )
     versions = config.versions()
-    sources = gallery_maps.sources() if config.forward and gallery_maps is not None else {}
+    sources = gallery_maps.sources() if config.forward else {}
     for source in sources.values():
         if source not in versions:
             versions.append(source)
@@ -104,7 +104,7 @@ def run_evaluation(
     modes = {v: dim_mismatch_of(v) for v in versions} if dim_mismatch_of is not None else None
     result = evaluate_chain(manifest, embeddings, config, dim_mismatch=modes, progress=report)
     result["data_fingerprint"] = data_fp
-    if config.forward and gallery_maps is not None:
+    if config.forward:
         from compat.evaluate.forward import evaluate_forward
 
         upgraded, psi_info = gallery_maps.upgrade(embeddings, weights)

@@ -12,13 +12,13 @@ held-out lower bound that decided it), as the gate applies it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from compat.errors import BadInputError
-from compat.maps.folder import Joins, SpaceMap, open_map
+from compat.maps.folder import Joins, SpaceMap, open_card, open_map
 
 
 def upgraded_embeddings(
@@ -43,14 +43,6 @@ class ForwardMaps:
     def sources(self) -> dict[str, str]:
         """New version -> the version whose rows its map reads."""
         return {new: m.from_ for new, m in self.maps.items()}
-
-    def only(self, versions: Iterable[str]) -> ForwardMaps:
-        """The maps of ``versions`` alone (already opened: nothing is read again)."""
-        keep = [v for v in self.folders if v in set(versions)]
-        out = ForwardMaps({})
-        out.folders = {v: self.folders[v] for v in keep}
-        out.maps = {v: self.maps[v] for v in keep}
-        return out
 
     def upgrade(
         self, embeddings: Mapping[str, np.ndarray], weights: Mapping[str, str] | None = None
@@ -93,14 +85,15 @@ def served_pair_maps(
     """The gallery maps of ``forward`` (new version -> folder) that meet a query adapter of
     ``joins`` (map name -> (new, old)) on the same pair: the map upgrades ``old``'s rows into
     ``new``'s space while the adapter maps ``new``'s queries into ``old``'s. Those pairs get the
-    partial-backfill curve of the served pair (:mod:`compat.evaluate.adapted`). Only the maps of
-    versions an adapter serves are opened (their weights' sha256 checked); None when no pair
-    has both."""
+    partial-backfill curve of the served pair (:mod:`compat.evaluate.adapted`). Only the cards
+    of versions an adapter serves are read, and only the maps of those pairs opened (their
+    weights' sha256 checked); None when no pair has both."""
     pairs = set(joins.values())
     served = {new for new, _ in pairs}
-    opened = ForwardMaps({new: f for new, f in forward.items() if new in served})
-    both = [new for new, source in opened.sources().items() if (new, source) in pairs]
-    return opened.only(both) if both else None
+    both = {
+        new: f for new, f in forward.items() if new in served and (new, open_card(f).from_) in pairs
+    }
+    return ForwardMaps(both) if both else None
 
 
 __all__ = ["ForwardMaps", "served_pair_maps", "upgraded_embeddings"]
