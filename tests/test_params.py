@@ -134,7 +134,7 @@ def test_unknown_names_in_train_params_are_params_errors_listing_the_known_ones(
         "backbone": "p.yaml: train.v2.backbone: unknown backbone 'resnet9'; known: resnet18, "
         "resnet50, small-cnn, tiny",
         "head": "p.yaml: train.v2.head: unknown head 'resnet9'; known: arcface, cosface, "
-        "dsimplex, normface, softmax",
+        "dsimplex, linear, normface, softmax",
         "method": "p.yaml: train.v2.method: unknown method 'resnet9'; known: bct, bct-kd, bict, "
         "contrastive, hoc, independent, l2, lwf, unibct",
     }

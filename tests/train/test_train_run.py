@@ -80,7 +80,7 @@ def run(cfg_kw, models, data, version="v2"):
         ),
         (
             {"head": "sphere"},
-            "unknown head 'sphere'; known: arcface, cosface, dsimplex, normface, softmax",
+            "unknown head 'sphere'; known: arcface, cosface, dsimplex, linear, normface, softmax",
         ),
         ({"method": "bctt"}, "unknown method 'bctt'; known: bct, bct-kd, bict"),
     ],
