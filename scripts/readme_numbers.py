@@ -225,6 +225,15 @@ def hard() -> str:
 # --- query adapters (metrics/adapters.json, metrics/adapted.json) --------------------------
 
 
+def _recovery(top1: dict[str, Any]) -> float | None:
+    """An adapted entry's M(adapt(new), v1) over BCT's M(v, v1), top-1 (None: no BCT cell)."""
+    return (top1.get("recovery") or {}).get("value")
+
+
+def _share_text(share: float | None) -> str:
+    return "n/a" if share is None else f"{share:.2f}"
+
+
 def adapters() -> str:
     """Each query adapter of the default pipeline: its held-out check when fitted, and on the
     evaluation set M(adapt(new), v1) beside the native cell, v1's self test and BCT's M(v3, v1)."""
@@ -242,15 +251,13 @@ def adapters() -> str:
         t, a = m["top1"], m["mAP"]
         verdict = "refused" if fit["refused"] else "kept"
         diff = t["adapted_minus_old"]
-        rec = (t.get("recovery") or {}).get("value")
-        recovery = "n/a" if rec is None else f"{rec:.2f}"
         rows.append(
             f"| {name} ({fit['kind']}) | {pct(h['top1'])} / {pct(h['no_map'])}, "
             f"{100 * h['lower_bound']:+.1f}: {verdict} | {pair(t['adapted'], a['adapted'])} | "
             f"{pair(t['native'], a['native'])} | {pair(t['old'], a['old'])} | "
             f"{pair(t.get('bct'), a.get('bct'))} | {100 * diff['value']:+.1f}, "
             f"{100 * diff['lower_bound']:+.1f} | "
-            f"{recovery} | "
+            f"{_share_text(_recovery(t))} | "
             f"{fit['fit_seconds']:.1f} | {fit['apply_us_per_query']:.1f} |"
         )
     return "\n".join(rows)
@@ -294,34 +301,31 @@ def adapters_scratch() -> str:
     for new, names in _scratch_models().items():
         # The cells every map of one model shares (raw, psi's forward): its first map's entry.
         first = cells[names[0]]["metrics"]["identification"]
-        t, a = first["top1"], first["mAP"]
+        t0, a0 = first["top1"], first["mAP"]
         rows.append(
-            f"| {new} | nothing (its raw queries) | {pct(t['native'])}{_ival(t, 'native')} | "
-            f"{pct(a['native'])} | | | | | |"
+            f"| {new} | nothing (its raw queries) | {pct(t0['native'])}{_ival(t0, 'native')} | "
+            f"{pct(a0['native'])} | | | | | |"
         )
         for name in names:
             fit = fits[name]
             m = cells[name]["metrics"]["identification"]
             t, a = m["top1"], m["mAP"]
             h = fit["heldout"]
-            share = (t.get("recovery") or {}).get("value")
             rows.append(
                 f"| {new} | {fit['kind']} query adapter | {pct(t['adapted'])}"
                 f"{_ival(t, 'adapted')} | {pct(a['adapted'])} | "
                 f"{100 * t['adapted_minus_old']['lower_bound']:+.1f} | "
-                f"{'n/a' if share is None else f'{share:.2f}'} | {pct(h['top1'])} / "
+                f"{_share_text(_recovery(t))} | {pct(h['top1'])} / "
                 f"{pct(h['baseline'])}: "
                 f"{'refused' if fit['refused'] else 'kept'} | {fit['fit_seconds']:.1f} | "
                 f"{fit['apply_us_per_query']:.1f} |"
             )
-        t, a = first["top1"], first["mAP"]
-        if "forward" in t:
-            share = _psi_share(t)
+        if "forward" in t0:
             rows.append(
-                f"| {new} | psi on v1's gallery (no query map) | {pct(t['forward'])}"
-                f"{_ival(t, 'forward')} | {pct(a['forward'])} | "
-                f"{100 * t['forward_minus_old']['lower_bound']:+.1f} | "
-                f"{'n/a' if share is None else f'{share:.2f}'} | | | |"
+                f"| {new} | psi on v1's gallery (no query map) | {pct(t0['forward'])}"
+                f"{_ival(t0, 'forward')} | {pct(a0['forward'])} | "
+                f"{100 * t0['forward_minus_old']['lower_bound']:+.1f} | "
+                f"{_share_text(_psi_share(t0))} | | | |"
             )
     return "\n".join(rows)
 
@@ -343,7 +347,7 @@ def adapters_scratch_notes() -> str:
         )
         best = max(names, key=lambda n: cells[n]["metrics"]["identification"]["top1"]["adapted"])
         bt = cells[best]["metrics"]["identification"]["top1"]
-        share = (bt.get("recovery") or {}).get("value")
+        share = _recovery(bt)
         if share is not None:
             verdict = "met" if share >= target else "not met"
             out.append(
