@@ -64,9 +64,12 @@ def _link(target: Path, link: Path) -> None:
     link.symlink_to(os.path.relpath(target, link.parent))
 
 
-def prepare(epochs: int, params: dict[str, Any], chain: dict[str, list[str]]) -> Path:
+def prepare(
+    epochs: int, params: dict[str, Any], chain: dict[str, list[str]]
+) -> tuple[Path, dict[str, Any]]:
     """``cache/epochs/e<E>/``: params.yaml with every task version at ``epochs``, links to the
-    data, the splits and every pre-trained model the chains start from."""
+    data, the splits and every pre-trained model the chains start from; (the folder, the
+    ``train`` section it was given)."""
     work = HERE / "cache" / "epochs" / f"e{epochs}"
     (work / "models").mkdir(parents=True, exist_ok=True)
     for name in ("data", "splits"):
@@ -84,7 +87,7 @@ def prepare(epochs: int, params: dict[str, Any], chain: dict[str, list[str]]) ->
             _link(HERE / "models" / parent, work / "models" / parent)
     (work / "params.yaml").write_text(yaml.safe_dump({**params, "train": train}, sort_keys=False))
     (work / "evaluate.yaml").write_text((HERE / "evaluate.yaml").read_text(encoding="utf-8"))
-    return work
+    return work, train
 
 
 def _trained(work: Path, version: str, cfg: dict[str, Any]) -> bool:
@@ -107,8 +110,7 @@ def _trained(work: Path, version: str, cfg: dict[str, Any]) -> bool:
 
 def run_count(epochs: int, params: dict[str, Any], chain: dict[str, list[str]]) -> dict[str, Any]:
     """Train and evaluate every chain at ``epochs`` per task; the numbers of :func:`render`."""
-    work = prepare(epochs, params, chain)
-    train = yaml.safe_load((work / "params.yaml").read_text())["train"]
+    work, train = prepare(epochs, params, chain)
     python = sys.executable
     out: dict[str, Any] = {}
     for method, versions in chain.items():
