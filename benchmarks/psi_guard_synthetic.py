@@ -23,7 +23,8 @@ import torch
 
 from compat.maps.psi import upgrade_array
 from compat.maps.psi_config import UpgradeConfig
-from compat.maps.psi_fit import fit_upgrade, heldout_top1
+from compat.maps.psi_fit import fit_upgrade
+from compat.maps.psi_heldout import heldout_top1
 
 D = 128
 

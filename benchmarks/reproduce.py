@@ -165,7 +165,8 @@ def run_stage(workdir: Path, stage: str) -> None:
 
 def cell(manifest, codes, q: np.ndarray, g: np.ndarray):
     """The identification result of one matrix cell M(q, g) on the evaluation manifest."""
-    from compat.evaluate.protocols import create_protocols, evaluate_manifest
+    from compat.evaluate.manifest import evaluate_manifest
+    from compat.evaluate.protocols import create_protocols
 
     res = evaluate_manifest(manifest, q, g, create_protocols(["identification"]), codes=codes)
     return res["identification"]
@@ -324,7 +325,7 @@ def main() -> int:
     from compat.data.sources import open_source
     from compat.data.split import load_eval_manifest, load_train_manifest
     from compat.evaluate.environment import machine_facts
-    from compat.evaluate.protocols import label_codes
+    from compat.evaluate.manifest import label_codes
     from compat.io import write_text
 
     if args.threads:

@@ -17,6 +17,7 @@ PACKAGE = ROOT / "compat"
 # Top down. A module may import from a lower floor; ground modules may import each other
 # (the cycle check still applies to them).
 FLOORS: list[set[str]] = [
+    {"stage"},  # what every stage script shares: arguments, params section, training data, exit
     {"cli", "params"},  # params.py validates params.yaml as a whole: every stage's section
     {"registry"},
     {"contracts"},
@@ -40,6 +41,7 @@ FLOORS: list[set[str]] = [
         "files",
         "catalog",
         "names",
+        "threads",
     },  # the ground floor ("compat": __init__.py)
 ]
 GROUND = FLOORS[-1]
@@ -160,3 +162,117 @@ def test_every_import_goes_down_a_floor():
         if _floor(b) <= _floor(a):
             wrong.append(f"{a} -> {b} ({where[0]})")
     assert not wrong, "imports against the floors (docs/design.md#floors):\n" + "\n".join(wrong)
+
+
+# --------------------------------------------------------------- inside a folder
+
+MAX_LINES = 500  # one concept per module: past this, a module holds more than one (issue 40)
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts).removesuffix(".__init__")
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_targets(tree: ast.AST, modules: set[str]) -> Iterator[str]:
+    """Like :func:`imported_modules`, but ``from compat.x import y`` names the module
+    ``compat.x.y`` when ``y`` is one (importing a sibling through its package is an edge to the
+    sibling, not to the package's ``__init__``)."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.If) and _is_type_checking(child):
+            for node in child.orelse:
+                yield from imported_targets(ast.Module(body=[node], type_ignores=[]), modules)
+            continue
+        if isinstance(child, ast.Import):
+            yield from (a.name for a in child.names if a.name.split(".")[0] == "compat")
+        elif (
+            isinstance(child, ast.ImportFrom)
+            and child.level == 0
+            and (child.module or "").split(".")[0] == "compat"
+        ):
+            base = str(child.module)
+            for alias in child.names:
+                sub = f"{base}.{alias.name}"
+                yield sub if sub in modules else base
+        yield from imported_targets(child, modules)
+
+
+def module_edges() -> dict[tuple[str, str], str]:
+    """(module, module) -> the importing module, for imports between modules of one folder."""
+    modules = _modules()
+    names = set(modules)
+    edges: dict[tuple[str, str], str] = {}
+    for name, path in modules.items():
+        folder = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for target in imported_targets(tree, names):
+            while target not in names and "." in target:
+                target = target.rsplit(".", 1)[0]
+            target_folder = (
+                target if modules[target].name == "__init__.py" else target.rsplit(".", 1)[0]
+            )
+            if target != name and target_folder == folder:
+                edges[(name, target)] = name
+    return edges
+
+
+def test_imports_name_the_sibling_module():
+    tree = ast.parse("from compat.maps import card, open_map\n")
+    got = list(imported_targets(tree, {"compat.maps", "compat.maps.card"}))
+    assert got == ["compat.maps.card", "compat.maps"]
+
+
+def test_no_import_cycle_inside_a_folder():
+    """A package's ``__init__`` may re-export its modules, so a module that imports its own
+    package (``from compat.maps import open_map``) closes a circle; modules import the sibling
+    that defines a name instead, and lazy imports count."""
+    cycle = find_cycle(set(module_edges()))
+    assert cycle is None, "import cycle inside a folder: " + " -> ".join(cycle or [])
+
+
+def test_no_module_over_the_line_limit():
+    long = {
+        name: n
+        for name, path in _modules().items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines (split by concept): {long}"
+
+
+def _packages() -> dict[str, list[str]]:
+    """package -> its modules' short names (``__init__`` excluded)."""
+    out: dict[str, list[str]] = {}
+    for name, path in _modules().items():
+        if path.name != "__init__.py" and "." in name.removeprefix("compat."):
+            out.setdefault(name.rsplit(".", 1)[0], []).append(name.rsplit(".", 1)[1])
+    return out
+
+
+def test_every_module_is_named_in_its_package_index():
+    """Each package's docstring is its index: it names every module (``compat.pkg.module``)."""
+    missing = []
+    for package, mods in sorted(_packages().items()):
+        init = PACKAGE.parent / package.replace(".", "/") / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        missing += [f"{package}.{m}" for m in mods if f"{package}.{m}" not in doc]
+    assert not missing, "modules missing from their package's docstring: " + ", ".join(missing)
+
+
+def test_every_module_is_named_in_the_design():
+    """docs/design.md's floors table (and its maps table) names every module of a folder."""
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in design.splitlines():
+        if line.startswith("| `") and "/` |" in line.split("|")[1] + "|":
+            rows[line.split("`")[1].rstrip("/")] = line
+    maps_section = design.split("## Maps between spaces", 1)[1].split("\n## ", 1)[0]
+    missing = []
+    for package, mods in sorted(_packages().items()):
+        short = package.removeprefix("compat.")
+        text = rows.get(short, "") + (maps_section if short == "maps" else "")
+        missing += [f"{package}.{m}" for m in mods if f"`{m}`" not in text]
+    assert not missing, "modules docs/design.md#floors does not name: " + ", ".join(missing)

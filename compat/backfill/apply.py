@@ -1,30 +1,22 @@
 """Backfill a stored gallery with psi: upgrade its old rows into the new version's space, without
-the images (BiCT's forward step applied to a real gallery file).
+the images (BiCT's forward step applied to a real gallery file). This module is the one loop;
+what it may write and how the output is put in place is :mod:`compat.backfill.output`, how a
+killed run resumes is :mod:`compat.backfill.resume`.
 
 Guarantees:
 
-* **The input is never modified**; ``out`` must be another file.
+* **The input is never modified**; ``out`` must be another file, apart from the input
+  (:func:`compat.backfill.output.check_apart`).
 * **Any format, bounded memory**: input and output are ``.npz``, ``.npy`` or Parquet shards
   (:mod:`compat.embeddings.formats`; the format follows the path). Rows stream through in
   blocks of ``batch_size`` file rows (block b = rows b*B ..), so an ``.npy`` or Parquet gallery
   of any size is upgraded in the memory of one block (an ``.npz`` is read whole).
-* **Nothing half-written**: the output (a file, or a folder of shards renamed into place)
-  appears only when every block is done.
-* **Only its own output is replaced**: ``out`` must not be, hold or lie inside a file of the
-  input; an existing ``out`` is replaced only when a backfill wrote it (its ``meta`` records a
-  ``backfill``; a Parquet folder holds nothing but ``_compat.json`` and ``batch-*.parquet``
-  shards) or it is an empty folder. Anything else is a :class:`~compat.errors.UsageError`
-  (exit 2) before any work.
-* **One writer per output**: a run holds the lock file ``.<out name>.backfill.lock`` beside the
-  output; a second run into the same ``out`` is a :class:`~compat.errors.ConflictError`
-  (exit 6) that writes and removes nothing.
-* **Resumable**: each finished block is saved (atomically) in a work folder beside the output,
-  ``.<out name>.backfill/``, keyed by a digest of the job (input sha256, psi sha256, selected
-  rows, batch size, output format), with its sha256 in ``batch-<b>.<ext>.sha256``. A killed run
-  started again with the same arguments skips the saved blocks that pass their checksum (a
-  damaged one is computed again, with a warning); a work folder of another job is discarded.
-  For a Parquet output the saved blocks are the output's shards; otherwise they are
-  concatenated into the output, and the folder is removed once the output is written.
+* **Nothing half-written, only its own output replaced, one writer per output**: see
+  :mod:`compat.backfill.output` (a foreign ``out`` is exit 2 before any work, a second run into
+  the same ``out`` exit 6).
+* **Resumable**: each finished block is saved in a work folder beside the output
+  (:mod:`compat.backfill.resume`); a killed run started again with the same arguments skips
+  the saved blocks that pass their checksum.
 * **Nothing left behind**: a run that fails (exit 2-6) removes its work folder and lock; only a
   killed or interrupted run keeps the work folder, for the next run to resume. A full disk,
   spent quota or read-only file system is a :class:`~compat.errors.StorageError` (exit 5)
@@ -49,11 +41,8 @@ backfilled gallery: :mod:`compat.embeddings.mixed`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -66,24 +55,22 @@ from typing import Any
 import numpy as np
 
 from compat.backfill.engines import ENGINES, make_engine
-from compat.backfill.plan import Selection, bundle_version, check_rows, row_versions, select_rows
-from compat.errors import BadInputError, ConflictError, NotFoundError, StorageError, UsageError
-from compat.io import (
-    atomic_path,
-    fingerprint,
-    free_bytes,
-    human_bytes,
-    sha256_bytes,
-    sha256_file,
-    storage_error,
-    storage_errors,
-    write_json,
-    write_text,
+from compat.backfill.output import (
+    OutLock,
+    check_apart,
+    check_out,
+    check_replaceable,
+    check_room,
+    remove_stale_swaps,
+    same_file,
+    write_output,
 )
+from compat.backfill.plan import Selection, check_rows, row_versions, select_rows
+from compat.backfill.resume import Parts, check_work_folder, job_digest, resume_state, work_dir_for
+from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.models.card import UpgradeCard, check_upgrade
 
 DEFAULT_BATCH = 8192
-STATE = "state.json"
 # Meta keys that describe an embedding-cache entry; they are not true of the upgraded bundle.
 _CACHE_META = ("cache_key", "content_sha256")
 
@@ -112,44 +99,6 @@ class BackfillResult:
     def to_json(self) -> dict[str, Any]:
         why = None if self.written else f"psi was refused when it was fitted: {self.refused}"
         return {**asdict(self), "written": self.written, "why": why}
-
-
-def work_dir_for(out: str | os.PathLike[str]) -> Path:
-    """The folder holding an unfinished backfill's finished batches."""
-    p = Path(out)
-    return p.parent / f".{p.name}.backfill"
-
-
-def lock_path_for(out: str | os.PathLike[str]) -> Path:
-    """The lock file a backfill into ``out`` holds while it runs."""
-    p = Path(out)
-    return p.parent / f".{p.name}.backfill.lock"
-
-
-def _batch_path(work: Path, b: int, fmt: str = "npz") -> Path:
-    return work / f"batch-{b:06d}.{'parquet' if fmt == 'parquet' else 'npy'}"
-
-
-def _sum_path(batch: Path) -> Path:
-    """Where a finished batch's sha256 is kept (written after the batch itself)."""
-    return batch.with_name(batch.name + ".sha256")
-
-
-_SHARD = re.compile(r"batch-\d{6}\.parquet")
-# What a work folder holds: batches, their checksums, the state, the dataset meta of a Parquet
-# output, and the temporaries of atomic writes.
-_WORK_ENTRY = re.compile(
-    r"batch-\d{6}\.(npy|parquet)(\.sha256)?|state\.json|_compat\.json|\..*\.tmp"
-)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _check_psi(card: UpgradeCard, source: str, target: str, dim: int | None, where: str) -> None:
@@ -280,7 +229,8 @@ def backfill(
     ``engine="ray"`` runs psi as Ray tasks (:mod:`compat.backfill.engines`); its output is
     identical.
     """
-    from compat.embeddings.formats import GalleryReader, format_of
+    from compat.embeddings.formats import format_of
+    from compat.embeddings.reader import GalleryReader
 
     say = log or (lambda msg: None)
     started = time.perf_counter()
@@ -296,17 +246,17 @@ def backfill(
     device = resolve_device(device)  # a name or a device this machine lacks: exit 2, at once
     if not gallery_path.exists():
         raise NotFoundError(f"{gallery_path}: file not found")
-    if _same_file(gallery_path, out_path):
+    if same_file(gallery_path, out_path):
         raise UsageError(f"--out {out_path} is the input gallery; the input is never modified")
     out_format = format_of(out_path)
-    _check_out(out_path, out_format)
+    check_out(out_path, out_format)
     psi_path = Path(psi_dir)
     card = _read_map_card(psi_path)
     psi_where = str(psi_path / "card.json")
 
     reader = GalleryReader(gallery_path)
     where = reader.where
-    _check_apart(reader, out_path, out_format)
+    check_apart(reader, out_path, out_format)
     versions = row_version_array(
         reader.version,
         reader.row_versions,
@@ -366,10 +316,10 @@ def backfill(
         raise BadInputError(f"{where}: labels: an .npz output needs labels; write .npy or Parquet")
 
     work = work_dir_for(out_path)
-    with _OutLock(out_path):
-        _check_replaceable(out_path, out_format)
-        _check_work_folder(work)
-        _remove_stale_swaps(out_path)
+    with OutLock(out_path):
+        check_replaceable(out_path, out_format)
+        check_work_folder(work)
+        remove_stale_swaps(out_path)
         try:
             return _run(
                 reader, out_path, out_format, work, card, psi_path, psi_where, rows, selection,
@@ -415,15 +365,13 @@ def _run(
     """The backfill proper, under the output's lock: resume, upgrade every block, assemble."""
     out_dim = card.out_dim
     input_sha = reader.sha256()
-    job = fingerprint(
-        {
-            "input_sha256": input_sha,
-            "psi_sha256": card.weights_sha256,
-            "rows": sha256_bytes(np.ascontiguousarray(rows, dtype=np.int64).tobytes()),
-            "batch_size": batch_size,
-            "assume_from": assume_from,
-            "out_format": out_format,
-        }
+    job = job_digest(
+        input_sha256=input_sha,
+        psi_sha256=card.weights_sha256,
+        rows=rows,
+        batch_size=batch_size,
+        assume_from=assume_from,
+        out_format=out_format,
     )
     selected = np.zeros(reader.n, dtype=bool)
     selected[rows] = True
@@ -435,12 +383,8 @@ def _run(
     del versions
     width = out_dim if len(rows) else reader.dim
     n_batches = (reader.n + batch_size - 1) // batch_size
-    try:
-        with storage_errors(work):
-            done = _resume_state(work, job, n_batches, say, out_format)
-    except OSError as err:
-        raise UsageError(f"--out {out_path}: cannot write beside it ({_one_line(err)})") from None
-    _check_room(out_path, work, reader.n, width, n_batches, len(done), out_format)
+    done = resume_state(work, out_path, job, n_batches, say, out_format)
+    check_room(out_path, work, reader.n, width, n_batches, len(done), out_format)
     meta = {k: v for k, v in reader.meta.items() if k not in _CACHE_META}
     history = list(meta.get("backfill", [])) if isinstance(meta.get("backfill"), list) else []
     history.append(
@@ -461,7 +405,7 @@ def _run(
     )
     meta["backfill"] = history
 
-    parts = _Parts(work, out_format, selected, new_versions, width)
+    parts = Parts(work, out_format, selected, new_versions, width)
     if done:
         say(f"backfill: resuming: {len(done)} of {n_batches} batches already done")
     label = f"backfill {source} -> {target}"
@@ -475,7 +419,7 @@ def _run(
             moved += len(y)
             bar.advance(len(y), moved / max(time.perf_counter() - t0, 1e-9))
 
-    _finish(parts, reader, out_path, n_batches, batch_size, new_versions, meta)
+    write_output(parts, reader, out_path, n_batches, batch_size, new_versions, meta)
     return result(
         upgraded=len(rows),
         already=selection.already,
@@ -533,394 +477,4 @@ def _merge(
     return y
 
 
-class _Parts:
-    """Finished blocks in the work folder: ``batch-<b>.npy`` (the block's output rows) for
-    ``.npz``/``.npy`` outputs, or ``batch-<b>.parquet`` (a whole output shard) for Parquet."""
-
-    def __init__(
-        self, work: Path, fmt: str, selected: np.ndarray, versions: np.ndarray, width: int
-    ) -> None:
-        self.work, self.fmt, self.versions, self.width = work, fmt, versions, width
-        self.selected = selected
-
-    def path(self, b: int) -> Path:
-        return _batch_path(self.work, b, self.fmt)
-
-    def write(self, b: int, block: Any, y: np.ndarray) -> None:
-        """Save block ``b`` (atomically), then its sha256: a batch counts as finished only once
-        both are on disk and agree."""
-        from compat.embeddings.formats import write_shard
-
-        path = self.path(b)
-        size = 128 + int(y.shape[0]) * int(y.shape[1]) * 4  # the rows, as .npy or Parquet
-        stop = block.start + len(y)
-        if self.fmt == "parquet":
-            ids = block.ids if block.ids is not None else _row_ids(block.start, stop)
-            # Plain encoding's size: ids and row versions (string bytes + offsets), labels.
-            size += int(np.char.str_len(ids).sum()) + 4 * len(y)
-            size += int(np.char.str_len(self.versions[block.start : stop]).sum()) + 4 * len(y)
-            size += 0 if block.labels is None else 8 * len(y)
-        with atomic_path(path, size=size) as tmp:
-            if self.fmt == "parquet":
-                write_shard(tmp, ids, y, block.labels, self.versions[block.start : stop])
-            else:
-                with open(tmp, "wb") as f:
-                    np.save(f, np.ascontiguousarray(y, dtype=np.float32))
-            digest = sha256_file(tmp)
-        write_text(_sum_path(path), digest + "\n")
-
-    def read(self, b: int, rows: int) -> np.ndarray:
-        p = self.path(b)
-        y = np.load(p, allow_pickle=False)
-        if y.shape != (rows, self.width) or y.dtype != np.float32:
-            raise BadInputError(
-                f"{p}: a saved batch has shape {y.shape}, expected {(rows, self.width)}; "
-                f"delete {self.work} and run again"
-            )
-        return y
-
-
-def _row_ids(start: int, stop: int) -> np.ndarray:
-    """Ids for a gallery that has none: the row numbers, as strings."""
-    return np.arange(start, stop).astype(np.str_)
-
-
-def _finish(
-    parts: _Parts,
-    reader: Any,
-    out: Path,
-    n_batches: int,
-    bs: int,
-    versions: np.ndarray,
-    meta: dict[str, Any],
-) -> None:
-    """Assemble the finished blocks into ``out`` (atomically), then drop the work folder."""
-    from compat.embeddings.bundle import EmbeddingBundle, Sidecar, save_bundle, save_sidecar
-    from compat.embeddings.formats import sidecar_of, write_dataset_meta, write_npy_header
-
-    n, width, work = reader.n, parts.width, parts.work
-    version = bundle_version(np.unique(versions).tolist())
-    rows = [min(bs, n - b * bs) for b in range(n_batches)]
-    try:
-        if parts.fmt == "parquet":
-            write_dataset_meta(work, version, reader.fingerprint, meta)
-            (work / STATE).unlink()
-            for checksum in work.glob("batch-*.sha256"):
-                checksum.unlink()
-            _replace_folder(work, out)
-            return
-        if parts.fmt == "npy":
-            # The matrix is written first and renamed last: a failure in either leaves
-            # neither (the sidecar is written only once the whole matrix is on disk).
-            with atomic_path(out, size=128 + n * width * 4) as tmp:
-                with open(tmp, "wb") as f:
-                    write_npy_header(f, n, width)
-                    for b in range(n_batches):
-                        f.write(parts.read(b, rows[b]).data)
-                save_sidecar(
-                    sidecar_of(out),
-                    Sidecar(
-                        labels=reader.labels,
-                        ids=reader.ids,
-                        row_versions=versions,
-                        version=version,
-                        fingerprint=reader.fingerprint,
-                        meta=meta,
-                    ),
-                )
-        else:
-            embeddings = np.empty((n, width), dtype=np.float32)
-            for b in range(n_batches):
-                embeddings[b * bs : b * bs + rows[b]] = parts.read(b, rows[b])
-            ids = reader.ids
-            save_bundle(
-                out,
-                EmbeddingBundle(
-                    embeddings=embeddings,
-                    labels=reader.labels,
-                    ids=None if ids is None else ids.tolist(),
-                    version=version,
-                    fingerprint=reader.fingerprint,
-                    row_versions=versions.tolist(),
-                    meta=meta,
-                ),
-            )
-    except OSError as err:
-        full = storage_error(err, out)
-        if full is not None:
-            raise full from None
-        raise UsageError(f"--out {out}: cannot write ({_one_line(err)})") from None
-    shutil.rmtree(work, ignore_errors=True)
-
-
-def _swap_name(target: Path, pid: int) -> Path:
-    return target.parent / f".{target.name}.old-{pid}"
-
-
-def _replace_folder(new: Path, target: Path) -> None:
-    """Put folder ``new`` at ``target``; an existing ``target`` folder (one a backfill wrote:
-    :func:`_check_replaceable`) is swapped out, then removed."""
-    old = None
-    if target.exists():
-        old = _swap_name(target, os.getpid())
-        os.replace(target, old)
-    try:
-        os.replace(new, target)
-    except OSError:
-        if old is not None:
-            os.replace(old, target)  # the previous output stays where it was
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _remove_stale_swaps(out: Path) -> None:
-    """Remove the swapped-out outputs (``.<name>.old-<pid>``) of killed runs."""
-    from compat.io import _pid_alive
-
-    for old in out.parent.glob(f".{glob_escape(out.name)}.old-*"):
-        pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def glob_escape(name: str) -> str:
-    import glob
-
-    return glob.escape(name)
-
-
-def _check_apart(reader: Any, out: Path, fmt: str) -> None:
-    """``out`` (and, for ``.npy``, its sidecar; and the work folder) must not be, hold or lie
-    inside a file of the input gallery: the input is never modified."""
-    from compat.embeddings.formats import sidecar_of
-
-    inputs = [f.resolve() for f in reader.files()]
-    folder = reader.path.resolve() if reader.path.is_dir() else None
-    written = [out, work_dir_for(out), lock_path_for(out)]
-    if fmt == "npy":
-        written.append(sidecar_of(out))
-    for path in written:
-        r = path.resolve()
-        if folder is not None and (r == folder or r.is_relative_to(folder)):
-            raise UsageError(
-                f"--out {out}: {path} would be inside the input gallery {reader.path}; "
-                "the input is never modified"
-            )
-        for f in inputs:
-            if r == f or _same_file(f, path):
-                raise UsageError(
-                    f"--out {out}: {path} is a file of the input gallery; the input is never "
-                    "modified"
-                )
-            if f.is_relative_to(r):
-                raise UsageError(
-                    f"--out {out}: the folder holds the input gallery ({f.name}); the input "
-                    "is never modified"
-                )
-
-
-def _by_backfill(meta: Any) -> bool:
-    """Whether a gallery's ``meta`` says a backfill wrote it."""
-    return (
-        isinstance(meta, dict) and isinstance(meta.get("backfill"), list) and bool(meta["backfill"])
-    )
-
-
-def _check_replaceable(out: Path, fmt: str) -> None:
-    """An existing ``out`` may be replaced only if a backfill wrote it (or it is an empty
-    folder); anything else is a usage error before any work."""
-    from compat.embeddings.bundle import read_bundle_meta
-    from compat.embeddings.formats import DATASET_META, sidecar_of
-    from compat.errors import CompatError
-
-    hint = "compat replaces only a gallery a backfill wrote; remove it or choose another --out"
-    if out.is_symlink():
-        raise UsageError(f"--out {out}: a symbolic link; {hint}")
-    if fmt == "parquet":
-        if not out.exists():
-            return
-        names = sorted(p.name for p in out.iterdir())
-        if not names:
-            return
-        foreign = [
-            n
-            for n in names
-            if n != DATASET_META and not (_SHARD.fullmatch(n) and (out / n).is_file())
-        ]
-        if foreign:
-            more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-            raise UsageError(
-                f"--out {out}: the folder holds files a backfill did not write "
-                f"({', '.join(foreign[:3])}{more}); {hint}"
-            )
-        try:
-            meta = json.loads((out / DATASET_META).read_text(encoding="utf-8")).get("meta")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            meta = None
-        if not _by_backfill(meta):
-            raise UsageError(
-                f"--out {out}: a Parquet gallery no backfill wrote ({DATASET_META} records no "
-                f"backfill); {hint}"
-            )
-        return
-    owner = sidecar_of(out) if fmt == "npy" else out
-    if not out.exists() and not owner.exists():
-        return
-    if owner.is_symlink() or not owner.is_file():
-        raise UsageError(f"--out {out}: {owner.name} is missing or not a file; {hint}")
-    try:
-        meta = read_bundle_meta(owner)
-    except CompatError:
-        meta = None
-    if not _by_backfill(meta):
-        what = f"a file ({owner.name} records no backfill)" if owner != out else "a file"
-        raise UsageError(f"--out {out}: {what} a backfill did not write; {hint}")
-
-
-def _check_room(
-    out: Path, work: Path, n: int, width: int, n_batches: int, done: int, fmt: str
-) -> None:
-    """A full disk is refused before any work when the free space already falls short of the
-    batches still to save plus the output assembled from them (exit 5)."""
-    rows = n * width * 4
-    need = rows * (n_batches - done) // max(n_batches, 1) + (0 if fmt == "parquet" else rows)
-    free = free_bytes(work)
-    if free is not None and need > free:
-        raise StorageError(
-            f"{out}: cannot write: no space left on the device (the backfill needs about "
-            f"{human_bytes(need)} ({need} bytes) for its batches and the output, "
-            f"{human_bytes(free)} free)"
-        )
-
-
-class _OutLock:
-    """The lock file beside ``out`` (``flock``), held for a whole run and removed after it: a
-    second run into the same ``out`` is refused at once, writing and removing nothing."""
-
-    def __init__(self, out: Path) -> None:
-        self.out, self.path = out, lock_path_for(out)
-        self.fd: int | None = None
-
-    def __enter__(self) -> _OutLock:
-        import fcntl
-
-        while True:
-            try:
-                with storage_errors(self.path):
-                    self.path.parent.mkdir(parents=True, exist_ok=True)  # --out new/g2.npz
-                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as err:
-                raise UsageError(
-                    f"--out {self.out}: cannot write beside it ({_one_line(err)})"
-                ) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-                os.close(fd)
-                raise ConflictError(
-                    f"--out {self.out}: another backfill (pid {holder}) is writing it; wait for "
-                    "it to finish, or choose another --out"
-                ) from None
-            try:  # the holder before us may have removed (and another run re-made) the file
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)  # while still holding it: a waiting run re-opens the path
-        if self.fd is not None:
-            os.close(self.fd)
-
-
-def _check_out(out: Path, fmt: str) -> None:
-    """Refuse an output that cannot be written (under a file, /proc, a folder where a file
-    goes) with a one-line usage error, before any work."""
-    parent = out.parent
-    for p in [parent, *parent.parents]:
-        if p.exists():
-            if not p.is_dir():
-                raise UsageError(f"--out {out}: {p} is a file, not a folder")
-            if not os.access(p, os.W_OK):
-                raise UsageError(f"--out {out}: {p} is not writable")
-            break
-    if str(out.resolve()).startswith(("/proc/", "/sys/", "/dev/")):
-        raise UsageError(f"--out {out}: not a place for files (a kernel file system)")
-    if fmt != "parquet" and out.is_dir():
-        raise UsageError(f"--out {out}: a folder; a .npz or .npy output must be a file")
-    if fmt == "parquet" and out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: a file; a Parquet output is a folder of shards")
-
-
-def _check_work_folder(work: Path) -> None:
-    """An existing ``.<out>.backfill`` must be a backfill's work folder: it is resumed or
-    discarded, and compat discards only what it wrote."""
-    if not work.exists() and not work.is_symlink():
-        return
-    if work.is_symlink() or not work.is_dir():
-        raise UsageError(
-            f"{work}: not a backfill's work folder (not a folder); remove it or choose another "
-            "--out"
-        )
-    foreign = sorted(p.name for p in work.iterdir() if not _WORK_ENTRY.fullmatch(p.name))
-    if foreign:
-        raise UsageError(
-            f"{work}: not a backfill's work folder (it holds {', '.join(foreign[:3])}); remove "
-            "it or choose another --out"
-        )
-
-
-def _resume_state(work: Path, job: str, n_batches: int, say: Any, fmt: str) -> set[int]:
-    """The finished batches of this job in ``work`` (each checked against its sha256); a work
-    folder of another job is discarded, one holding anything else refused."""
-    state = work / STATE
-    if work.exists():
-        try:
-            same = json.loads(state.read_text()).get("job") == job
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            same = False
-        if not same:
-            say(f"backfill: discarding {work}: an unfinished backfill of other inputs")
-            shutil.rmtree(work)
-    if not work.exists():
-        work.mkdir(parents=True)
-        write_json(state, {"job": job, "batches": n_batches})
-        return set()
-    done = set()
-    for b in range(n_batches):
-        batch = _batch_path(work, b, fmt)
-        checksum = _sum_path(batch)
-        if not batch.is_file():
-            checksum.unlink(missing_ok=True)
-            continue
-        try:
-            want = checksum.read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            want = None  # saved, but killed before its checksum: not finished
-        if want is not None and sha256_file(batch) == want:
-            done.add(b)
-            continue
-        if want is not None:
-            say(
-                f"backfill: warning: {batch}: a saved batch fails its sha256 (damaged on disk); "
-                "computing it again"
-            )
-        batch.unlink()
-        checksum.unlink(missing_ok=True)
-    return done
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())
-
-
-__all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill", "lock_path_for", "work_dir_for"]
+__all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill"]

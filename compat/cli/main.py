@@ -61,12 +61,14 @@ def _register_commands() -> None:
     from compat.cli import contract as contract_cli
     from compat.cli import data as data_cli
     from compat.cli import maps as maps_cli
-    from compat.cli import registry as registry_cli
+    from compat.cli import registry_read as registry_read_cli
+    from compat.cli import registry_write as registry_write_cli
     from compat.cli import score as score_cli
 
     data_cli.register(app)
     contract_cli.register(app)
-    registry_cli.register(app)
+    registry_write_cli.register(app)
+    registry_read_cli.register(app)
     score_cli.register(app)
     backfill_cli.register(app)
     maps_cli.register(app)

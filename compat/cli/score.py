@@ -197,7 +197,7 @@ def _score(
 ) -> tuple[dict, list[str], dict[str, dict[str, int]], dict[str, dict]]:
     import numpy as np
 
-    from compat.embeddings.formats import load_gallery
+    from compat.embeddings.reader import load_gallery
     from compat.errors import BadInputError
     from compat.evaluate.protocols import create_protocols, evaluate_sets, protocol_names
 

@@ -239,7 +239,8 @@ def judge(
     (the reason names the failed ones) and it is at most 100%
     (:func:`compat.compare.matrix.update_gain`)."""
     from compat.embeddings.dims import align_pair
-    from compat.evaluate.protocols import PROTOCOLS, evaluate_manifest, label_codes
+    from compat.evaluate.manifest import evaluate_manifest, label_codes
+    from compat.evaluate.protocols import PROTOCOLS
 
     new = contract.version
     for v, emb in embeddings.items():

@@ -1,0 +1,13 @@
+"""Data: image sources, the embedded dataset, scenarios, splits and their expectations.
+
+* :mod:`~compat.data.config`       the ``data:`` params section (embedded, folder or manifest source)
+* :mod:`~compat.data.sources`      image sources: the embedded glyphs, an image folder, a CSV manifest
+* :mod:`~compat.data.embedded`     the embedded default: kanji rendered offline from KanjiVG, cached
+* :mod:`~compat.data.kanji`        KanjiVG's installed SVGs and their stroke paths
+* :mod:`~compat.data.render`       one "handwritten" instance of a character
+* :mod:`~compat.data.scenarios`    how each version's training set relates to its parent's
+  (UniBCT Table 1, BCT, CL2R), with the relations the expectations check
+* :mod:`~compat.data.split`        the ``split`` stage's work: training manifests and held-out sets
+* :mod:`~compat.data.expectations` the data expectations of a split (Great Expectations)
+* :mod:`~compat.data.transforms`   the one image -> tensor conversion of training and evaluation
+"""

@@ -62,14 +62,10 @@ import numpy as np
 
 from compat.compare.bootstrap import percentile_interval
 from compat.compare.engine import Comparison, compare, num, num_pair
+from compat.evaluate.compared import ComparedMetric
 from compat.evaluate.config import EvaluateConfig
-from compat.evaluate.protocols import (
-    EvalSetLike,
-    ProtocolResult,
-    create_protocols,
-    evaluate_manifest,
-    label_codes,
-)
+from compat.evaluate.manifest import EvalSetLike, evaluate_manifest, label_codes
+from compat.evaluate.protocols import ProtocolResult, create_protocols
 from compat.io import write_json
 
 TERMS = ("adapted", "native", "old", "self", "bct")
@@ -343,22 +339,20 @@ def _bct_version(
 def _metric_entry(comparison: Comparison, metric: str) -> dict[str, Any]:
     """The terms, their intervals, the criterion's difference and bound, the difference to the
     native cell, the update gain and the recovery of BCT's cross cell, from the comparison."""
-    e: dict[str, Any] = {
-        t: num(comparison.value(t, metric)) if t in comparison else None for t in TERMS
-    }
-    if comparison.resampled:
-        e["interval"] = {t: num_pair(comparison.interval(t, metric)) for t in comparison}
-    diff = comparison.difference("adapted", "old", metric)
-    e["adapted_minus_old"] = diff.to_json()
-    bound = diff.lower_bound if diff.lower_bound is not None else diff.value
-    e["passes"] = bool(num(bound) is not None and bound > 0.0)
+    formatted = ComparedMetric(comparison, metric)
+    e: dict[str, Any] = formatted.terms(TERMS)
+    diff = e["adapted_minus_old"] = formatted.difference("adapted", "old")
+    # BCT's criterion as the gate judges it: the one-sided lower bound, or without resamples
+    # the difference itself, above 0 (null, an undefined number, never passes).
+    bound = diff.get("lower_bound", diff["value"])
+    e["passes"] = bound is not None and bound > 0.0
     if "native" in comparison:
-        e["adapted_minus_native"] = comparison.difference("adapted", "native", metric).to_json()
-    e["gain"] = comparison.gain("adapted", "old", "self", metric).to_json()
+        e["adapted_minus_native"] = formatted.difference("adapted", "native")
+    e["gain"] = formatted.gain("adapted", "old", "self")
     if "forward" in comparison:  # a psi of the same pair: the curve's end (module docstring)
-        e["forward"] = num(comparison.value("forward", metric))
-        e["forward_minus_adapted"] = comparison.difference("forward", "adapted", metric).to_json()
-        e["forward_minus_old"] = comparison.difference("forward", "old", metric).to_json()
+        e["forward"] = formatted.value("forward")
+        e["forward_minus_adapted"] = formatted.difference("forward", "adapted")
+        e["forward_minus_old"] = formatted.difference("forward", "old")
     if "bct" in comparison:
         top, bottom = comparison.value("adapted", metric), comparison.value("bct", metric)
         recovery: dict[str, Any] = {"value": num(top / bottom) if bottom else None}

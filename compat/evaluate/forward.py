@@ -38,17 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from compat.compare.engine import Comparison, compare, num, num_pair
+from compat.compare.engine import Comparison, compare, num
 from compat.embeddings.mixed import GroupStats, calibrated_embeddings
+from compat.evaluate.compared import ComparedMetric
 from compat.evaluate.config import EvaluateConfig
+from compat.evaluate.manifest import EvalSetLike, evaluate_manifest, label_codes
 from compat.evaluate.plots import plot_backfill
-from compat.evaluate.protocols import (
-    EvalSetLike,
-    ProtocolResult,
-    create_protocols,
-    evaluate_manifest,
-    label_codes,
-)
+from compat.evaluate.protocols import ProtocolResult, create_protocols
 from compat.io import write_json
 
 TERMS = ("old", "backward", "forward", "self", "paragon")
@@ -198,19 +194,14 @@ def _metric_entry(
 ) -> dict[str, Any]:
     """The terms, their intervals, forward - backward (BiCT's claim) and the update gains
     (BCT Eq. 9) of the backward and the forward result, formatted from the comparison."""
-    e: dict[str, Any] = {
-        t: num(comparison.value(t, metric)) if t in comparison else None for t in TERMS
-    }
-    if comparison.resampled:
-        e["interval"] = {t: num_pair(comparison.interval(t, metric)) for t in comparison}
+    formatted = ComparedMetric(comparison, metric)
+    e: dict[str, Any] = formatted.terms(TERMS)
     if "backward" in comparison:
-        diff = comparison.difference("forward", "backward", metric)
-        e["forward_minus_backward"] = diff.to_json()
+        e["forward_minus_backward"] = formatted.difference("forward", "backward")
     if "paragon" in comparison:
         for term in ("backward", "forward"):
             if term in comparison:
-                gain = comparison.gain(term, "old", "paragon", metric, interval=False)
-                e[f"gain_{term}"] = gain.to_json()
+                e[f"gain_{term}"] = formatted.gain(term, "old", "paragon", interval=False)
     for key, cells in (("curve", curve_cells), ("curve_raw", raw_cells)):
         e[key] = curve_points(cells, protocol, metric)
     return e

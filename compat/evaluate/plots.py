@@ -1,8 +1,12 @@
 """The evaluation report's images (matplotlib, Agg backend: no display needed).
 
-* :func:`plot_images`: ``plots/heatmap_<protocol>.png``, the compatibility matrix M[query][gallery]
-  of each protocol, a panel per metric, with the sequence metrics (AC/AA/BC/FC) under each
-  title; and ``plots/cmc.png``, the CMC curve of every identification cell.
+* :func:`draw_heatmap`: the one drawing of the compatibility matrix M[query][gallery] as a heat
+  map, a panel per metric; :class:`HeatmapStyle` holds what differs with where it is shown
+  (panels a row, panel size, cell font, axis labels, dpi). The registry's run page draws its
+  heat maps with it too (:func:`compat.registry.run_page.heatmaps`).
+* :func:`plot_images`: ``plots/heatmap_<protocol>.png``, that heat map of each protocol
+  (:data:`REPORT_STYLE`), with the sequence metrics (AC/AA/BC/FC) under each panel's title; and
+  ``plots/cmc.png``, the CMC curve of every identification cell.
 * :func:`plot_backfill`: ``plots/backfill_<new>.png``, the partial-backfill curve of each new
   version with an upgrade module psi (BiCT), a panel per protocol.
 
@@ -14,7 +18,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,86 @@ def _sequence_line(seq: Mapping[str, Any] | None, length: int) -> str:
     return f"\nAC {ac}  AA {pct('aa')}\nBC {pct('bc')}  FC {pct('fc')}"
 
 
+@dataclass(frozen=True)
+class HeatmapStyle:
+    """How big a heat map is drawn, which depends on where it is shown; what it shows (cells in
+    %, viridis from 0 to 1, white text on dark cells) is the same everywhere."""
+
+    per_row: int | None = None  # metric panels side by side, then the next row; None: one row
+    min_side: float = 3.2  # a panel's side in inches, however short the chain
+    cell_font: float = 8.0  # the values in the cells (in %)
+    long_cell_font: float = 6.0  # the same past 8 versions, where the figure is already large
+    axis_labels: bool = True  # "gallery version" under, "query version" beside each panel
+    dpi: int = 110
+
+
+REPORT_STYLE = HeatmapStyle()  # plots/heatmap_<protocol>.png, read beside the metrics files
+
+Grid = Mapping[str, Mapping[str, float | None]]  # M[query][gallery]; a missing cell is blank
+
+
+def draw_heatmap(
+    path: str | os.PathLike[str],
+    title: str,
+    panels: Mapping[str, Grid],
+    versions: Sequence[str],
+    *,
+    subtitles: Mapping[str, str] | None = None,
+    style: HeatmapStyle = REPORT_STYLE,
+) -> Path:
+    """The compatibility matrix M[query][gallery] (rows: query version, columns: gallery
+    version, both in ``versions`` order) as one PNG at ``path``: a panel per entry of
+    ``panels`` (metric -> grid), titled by the metric and ``subtitles[metric]`` under it,
+    ``title`` above them all. The one heat-map drawing of compat: the evaluate stage's plots
+    (:func:`plot_images`) and the registry's run page
+    (:func:`compat.registry.run_page.heatmaps`) differ only in ``style``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = list(versions)
+    metrics = list(panels)
+    subtitles = subtitles or {}
+    n = len(names)
+    cols = len(metrics) if style.per_row is None else min(style.per_row, len(metrics))
+    rows = -(-len(metrics) // cols)
+    # Cells keep ~0.5 in a side however long the chain, so a 7-version sequence stays readable;
+    # tick labels of long version names need room beyond ~12 characters (0.08 in each).
+    extra = 0.08 * max(0, max((len(name) for name in names), default=0) - 12)
+    side = max(style.min_side, 0.8 + 0.5 * n) + extra
+    lines = 1 + max((subtitles.get(m, "").count("\n") for m in metrics), default=0)
+    # Room for the panel titles; the y-axis label takes a panel's width, which lowers the image
+    # by as much as the x-axis label needs below it.
+    head = 0.3 + 0.2 * lines
+    width = max(5.5, side * cols + 0.6)  # 5.5 in: room for the title above one small panel
+    fig = Figure(figsize=(width, (side + head) * rows + 0.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    cell_font = style.cell_font if n <= 8 else style.long_cell_font
+    for ax, metric in zip(axes, metrics, strict=False):
+        grid = np.full((n, n), np.nan)
+        for qi, q in enumerate(names):
+            for gi, g in enumerate(names):
+                v = panels[metric].get(q, {}).get(g)
+                grid[qi, gi] = np.nan if v is None else v
+        ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis")
+        for (qi, gi), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(gi, qi, f"{100 * v:.1f}", ha="center", va="center", fontsize=cell_font,
+                        color="white" if v < 0.6 else "black")  # fmt: skip
+        ax.set_xticks(range(n), names, rotation=30, ha="right", fontsize=10)
+        ax.set_yticks(range(n), names, fontsize=10)
+        if style.axis_labels:
+            ax.set_xlabel("gallery version")
+            ax.set_ylabel("query version")
+        ax.set_title(metric + subtitles.get(metric, ""), fontsize=12)
+    for ax in axes[len(metrics) :]:  # the empty places of a last, shorter row
+        ax.set_axis_off()
+    fig.suptitle(title, fontsize=12)
+    out = Path(path)
+    _save(fig, out, dpi=style.dpi)
+    return out
+
+
 def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) -> list[Path]:
     """Compatibility heatmaps (one PNG per protocol, a panel per metric) and the CMC curves."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -51,48 +136,13 @@ def plot_images(report: Mapping[str, Any], plots_dir: str | os.PathLike[str]) ->
         if p not in versions:
             versions.append(p)
     for protocol, by_metric in report["matrix"].items():
-        metrics = list(by_metric)
-        if not metrics:
+        if not by_metric:
             continue
-        n = len(versions)
-        # Cells keep ~0.5 in a side however long the chain, so a 7-version sequence stays
-        # readable; short chains keep the old 3.2 in panels.
-        panel = max(3.2, 0.5 * n + 1.0)
-        fig = Figure(
-            figsize=(panel * len(metrics) + 0.5, max(0.45 * n + 2.2, 0.5 * n + 1.6)),
-            layout="constrained",
-        )
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-        fontsize = 8 if n <= 8 else 6
         sequence = report.get("sequence", {}).get(protocol, {})
-        for ax, metric in zip(axes, metrics, strict=True):
-            grid = np.full((n, n), np.nan)
-            for qi, q in enumerate(versions):
-                for gi, g in enumerate(versions):
-                    v = by_metric[metric].get(q, {}).get(g)
-                    grid[qi, gi] = np.nan if v is None else v
-            ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis")
-            for (qi, gi), v in np.ndenumerate(grid):
-                if not np.isnan(v):
-                    ax.text(
-                        gi,
-                        qi,
-                        f"{100 * v:.1f}",
-                        ha="center",
-                        va="center",
-                        fontsize=fontsize,
-                        color="white" if v < 0.6 else "black",
-                    )
-            ax.set_xticks(range(n), versions, rotation=45, ha="right")
-            ax.set_yticks(range(n), versions)
-            ax.set_xlabel("gallery version")
-            ax.set_ylabel("query version")
-            ax.set_title(metric + _sequence_line(sequence.get(metric), len(report["chain"])))
-        fig.suptitle(f"{protocol}: M[query][gallery] (%)")
+        subtitles = {m: _sequence_line(sequence.get(m), len(report["chain"])) for m in by_metric}
+        title = f"{protocol}: M[query][gallery] (%)"
         path = out_dir / f"heatmap_{protocol}.png"
-        _save(fig, path)
-        written.append(path)
+        written.append(draw_heatmap(path, title, by_metric, versions, subtitles=subtitles))
 
     if report.get("cmc"):
         fig = Figure(figsize=(6, 4), layout="constrained")
@@ -166,9 +216,18 @@ def plot_backfill(forward: Mapping[str, Any], plots_dir: str | os.PathLike[str])
     return written
 
 
-def _save(fig: Any, path: Path) -> None:
+def _save(fig: Any, path: Path, dpi: int = 110) -> None:
     """Write a PNG through a temporary file, so a kill never leaves half a picture; drawn in
     memory first, so a full disk names the bytes the picture needs."""
     png = io.BytesIO()
-    fig.savefig(png, dpi=110, format="png")
+    fig.savefig(png, dpi=dpi, format="png")
     write_bytes(path, png.getvalue())
+
+
+__all__ = [
+    "REPORT_STYLE",
+    "HeatmapStyle",
+    "draw_heatmap",
+    "plot_backfill",
+    "plot_images",
+]

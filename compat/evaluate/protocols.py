@@ -8,8 +8,9 @@ for open-set, per pair for verification.
 * ``identification`` (closed-set 1:N): CMC top-1/5/10, mAP, mAP@100. Queries whose identity
   has no gallery item are skipped. ``gallery="instance"`` (default) searches every gallery
   embedding; ``gallery="template"`` searches one template per class, the mean of the class's
-  gallery embeddings re-normalised to unit length (:func:`template_gallery`; the template-based
-  1:N protocol of the d-Simplex/HOC paper's evaluation and of BCT's IJB-C protocols).
+  gallery embeddings re-normalised to unit length
+  (:func:`compat.evaluate.ranking.template_gallery`; the template-based 1:N protocol of the
+  d-Simplex/HOC paper's evaluation and of BCT's IJB-C protocols).
 * ``open-set`` (1:N with non-mated probes): TPIR at FPIR 0.1 and 0.01. A probe is *mated* when
   its identity has a gallery item, *non-mated* otherwise.
 * ``verification`` (1:1): TAR at FAR 0.1, 0.01, 0.001 over pairs (a, b) where a is embedded by
@@ -17,13 +18,16 @@ for open-set, per pair for verification.
 
 Two ways in:
 
-* :func:`evaluate_manifest` for the pipeline's evaluation set (``splits/eval.json``): query and
-  gallery are the manifest's index lists, verification uses the manifest's pairs.
-* :func:`evaluate_sets` for two arbitrary labelled sets (``compat score``). Verification pairs
-  are then formed from the labels by :func:`label_pairs` (documented there).
+* :func:`compat.evaluate.manifest.evaluate_manifest` for the pipeline's evaluation set
+  (``splits/eval.json``): query and gallery are the manifest's index lists, verification uses
+  the manifest's pairs.
+* :func:`evaluate_sets` here for two arbitrary labelled sets (``compat score``). Verification
+  pairs are then formed from the labels by :func:`compat.evaluate.pairs.label_pairs`
+  (documented there).
 
-Both rank each query's gallery once and share the ranking between identification and
-open-set.
+Both rank each query's gallery once (:func:`compat.evaluate.ranking.ranking`) and share the
+ranking between identification and open-set. :func:`evaluate_sets` lives here, beside the
+protocols it dispatches over, because :meth:`Protocol.evaluate` is a call to it.
 """
 
 from __future__ import annotations
@@ -33,15 +37,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
-from typing import Protocol as TypingProtocol
 
 import numpy as np
 
 from compat.catalog import Catalog
-from compat.embeddings.search import iter_scores, pair_scores
 from compat.evaluate import metrics as M
+from compat.evaluate.pairs import DEFAULT_MAX_PAIRS, indexed_pair_scores, label_pairs
+from compat.evaluate.ranking import ranking, template_gallery
 
-DEFAULT_MAX_PAIRS = 1_000_000
 GALLERIES = ("instance", "template")  # what identification searches: every item, or per class
 
 
@@ -332,18 +335,6 @@ class Verification(Protocol):
         )
 
 
-def indexed_pair_scores(
-    a: np.ndarray, b: np.ndarray, ia: np.ndarray, ib: np.ndarray, chunk: int = 65536
-) -> np.ndarray:
-    """``a[ia[i]] . b[ib[i]]`` for every i, gathering one bounded chunk of rows at a time."""
-    ia = np.asarray(ia, dtype=np.int64)
-    ib = np.asarray(ib, dtype=np.int64)
-    out = np.empty(ia.shape[0], dtype=np.float32)
-    for s in range(0, ia.shape[0], chunk):
-        out[s : s + chunk] = pair_scores(a[ia[s : s + chunk]], b[ib[s : s + chunk]])
-    return out
-
-
 def protocol_names() -> list[str]:
     """Every protocol of the catalog, in the order reports list them."""
     return PROTOCOLS.names()
@@ -365,67 +356,6 @@ def create_protocols(names: Iterable[str], **options: Any) -> list[Protocol]:
         accepted = inspect.signature(factory).parameters
         out.append(factory(**{k: v for k, v in options.items() if k in accepted}))
     return out
-
-
-# ------------------------------------------------------------------ shared ranking
-
-
-def template_gallery(gallery: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One template per gallery class: the mean of its embeddings, re-normalised to unit length.
-
-    The template-based gallery of the d-Simplex/HOC paper's 1:N evaluation (Biondi et al.,
-    CVPR'24) and of BCT's IJB-C protocols (Shen et al., CVPR'20). Returns (templates, labels),
-    classes in sorted label order; a class whose mean is the zero vector keeps it (it then
-    scores 0 against every query).
-    """
-    g = np.asarray(gallery)
-    classes, inverse = np.unique(np.asarray(labels), return_inverse=True)
-    sums = np.zeros((classes.size, g.shape[1]), dtype=np.float64)
-    np.add.at(sums, inverse.reshape(-1), g.astype(np.float64))
-    norms = np.linalg.norm(sums, axis=1, keepdims=True)  # the mean's direction is the sum's
-    templates = sums / np.where(norms > 0, norms, 1.0)
-    return templates.astype(g.dtype if g.dtype.kind == "f" else np.float32), classes
-
-
-def ranking(
-    query: np.ndarray,
-    query_labels: np.ndarray,
-    gallery: np.ndarray,
-    gallery_labels: np.ndarray,
-    *,
-    exclude: np.ndarray | None = None,
-    map_k: int = M.MAP_K,
-    chunk_size: int | None = None,
-    device: str | None = None,
-) -> M.RankStats:
-    """Rank the whole gallery for every query, one chunk of scores at a time."""
-    ql = np.asarray(query_labels)
-    gl = np.asarray(gallery_labels)
-    ex = None if exclude is None else np.asarray(exclude, dtype=np.int64)
-    # Gallery rows grouped by label, so each query's positives are looked up, not searched for.
-    order = np.argsort(gl, kind="stable")
-    sorted_gl = gl[order]
-    parts = []
-    for start, scores in iter_scores(query, gallery, chunk_size=chunk_size, device=device):
-        stop = start + scores.shape[0]
-        lab = ql[start:stop]
-        lo = np.searchsorted(sorted_gl, lab, side="left")
-        count = np.searchsorted(sorted_gl, lab, side="right") - lo
-        rows = np.repeat(np.arange(stop - start), count)
-        offset = np.arange(rows.size) - np.repeat(np.cumsum(count) - count, count)
-        cols = order[np.repeat(lo, count) + offset]
-        if ex is not None:
-            # The chunk is ours: leave each query's own item out in place (-inf, not positive).
-            own = ex[start:stop]
-            has = np.flatnonzero(own >= 0)
-            scores[has, own[has]] = -np.inf
-            keep = cols != own[rows]
-            rows, cols = rows[keep], cols[keep]
-        parts.append(M.rank_stats_from_positives(scores, rows, cols, k=map_k))
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return M.RankStats(empty, empty, np.zeros(0), np.zeros(0), np.zeros(0), map_k)
-    return M.RankStats.concat(parts)
 
 
 def evaluate_sets(
@@ -494,165 +424,3 @@ def evaluate_sets(
         else:  # pragma: no cover - a new protocol kind must say how it evaluates
             raise TypeError(f"protocol {p.name!r} has no evaluation path")
     return out
-
-
-# ------------------------------------------------------------------ pairs from labels
-
-
-def label_pairs(
-    query_labels: np.ndarray,
-    gallery_labels: np.ndarray,
-    *,
-    exclude: np.ndarray | None = None,
-    max_pairs: int = DEFAULT_MAX_PAIRS,
-    seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Verification pairs (query row, gallery row, genuine) formed from two labelled sets.
-
-    * If there are at most ``max_pairs`` query x gallery pairs, every pair is used: the result
-      is exact and involves no randomness.
-    * Otherwise a seeded sample: genuine pairs (same label) are all kept if they fit in half of
-      ``max_pairs``, else that many are drawn uniformly without replacement; impostor pairs
-      (different labels) are drawn uniformly without replacement to fill ``max_pairs``.
-    * A query's own item (``exclude``) never forms a pair with it.
-
-    Pairs are returned sorted by (query row, gallery row).
-    """
-    ql = np.asarray(query_labels)
-    gl = np.asarray(gallery_labels)
-    nq, ng = ql.shape[0], gl.shape[0]
-    ex = np.full(nq, -1, dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64)
-    if nq * ng <= max_pairs:
-        qi = np.repeat(np.arange(nq, dtype=np.int64), ng)
-        gi = np.tile(np.arange(ng, dtype=np.int64), nq)
-        keep = gi != ex[qi]
-        qi, gi = qi[keep], gi[keep]
-        return qi, gi, ql[qi] == gl[gi]
-
-    rng = np.random.default_rng([seed, 0x5A1])
-    gq, gg = _genuine_pairs(ql, gl, ex, max_pairs // 2, rng)
-    n_imp = max_pairs - gq.shape[0]
-    iq, ig = _impostor_pairs(ql, gl, ex, n_imp, rng)
-    qi = np.concatenate([gq, iq])
-    gi = np.concatenate([gg, ig])
-    order = np.lexsort((gi, qi))
-    qi, gi = qi[order], gi[order]
-    return qi, gi, ql[qi] == gl[gi]
-
-
-def _genuine_pairs(
-    ql: np.ndarray, gl: np.ndarray, ex: np.ndarray, cap: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Same-label pairs, all of them or ``cap`` drawn uniformly without replacement."""
-    q_order = np.argsort(ql, kind="stable")
-    g_order = np.argsort(gl, kind="stable")
-    sq, sg = ql[q_order], gl[g_order]
-    classes = np.intersect1d(sq, sg)
-    q_lo = np.searchsorted(sq, classes, side="left")
-    g_lo = np.searchsorted(sg, classes, side="left")
-    n_q = np.searchsorted(sq, classes, side="right") - q_lo
-    n_g = np.searchsorted(sg, classes, side="right") - g_lo
-    sizes = n_q * n_g  # one block of n_q x n_g pairs per shared label
-    total = int(sizes.sum())
-    if total == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    draw = np.arange(total) if total <= cap else np.sort(rng.choice(total, cap, replace=False))
-    ends = np.cumsum(sizes)
-    block = np.searchsorted(ends, draw, side="right")
-    offset = draw - (ends[block] - sizes[block])
-    qi = q_order[q_lo[block] + offset // n_g[block]]
-    gi = g_order[g_lo[block] + offset % n_g[block]]
-    keep = gi != ex[qi]
-    return qi[keep], gi[keep]
-
-
-def _impostor_pairs(
-    ql: np.ndarray, gl: np.ndarray, ex: np.ndarray, need: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """``need`` different-label pairs drawn uniformly without replacement (rejection sampling)."""
-    nq, ng = ql.shape[0], gl.shape[0]
-    chosen = np.zeros(0, dtype=np.int64)
-    for _ in range(64):
-        if chosen.size >= need:
-            break
-        lin = rng.integers(0, nq * ng, size=2 * (need - chosen.size) + 16, dtype=np.int64)
-        qi, gi = lin // ng, lin % ng
-        ok = (ql[qi] != gl[gi]) & (gi != ex[qi])
-        # Keep first occurrences in draw order so the sample stays uniform.
-        merged = np.concatenate([chosen, lin[ok]])
-        _, first = np.unique(merged, return_index=True)
-        chosen = merged[np.sort(first)]
-    chosen = chosen[:need]
-    return chosen // ng, chosen % ng
-
-
-# ------------------------------------------------------------------- the manifest
-
-
-class EvalSetLike(TypingProtocol):
-    """What :func:`evaluate_manifest` reads from ``compat.data.split.EvalManifest``."""
-
-    items: list[str]
-    labels: list[str]
-    query: list[int]
-    gallery: list[int]
-    pairs: list[tuple[int, int, bool]]
-
-
-def label_codes(labels: Sequence[str]) -> np.ndarray:
-    """Class names -> int64 codes (sorted order), for label comparisons in NumPy."""
-    return np.unique(np.asarray(labels, dtype=np.str_), return_inverse=True)[1].astype(np.int64)
-
-
-def evaluate_manifest(
-    manifest: EvalSetLike,
-    query_embeddings: np.ndarray,
-    gallery_embeddings: np.ndarray,
-    protocols: Sequence[Protocol],
-    *,
-    chunk_size: int | None = None,
-    device: str | None = None,
-    codes: np.ndarray | None = None,
-) -> dict[str, ProtocolResult]:
-    """One matrix cell M(q, g) on the evaluation manifest.
-
-    ``query_embeddings`` / ``gallery_embeddings`` are (len(manifest.items), d) matrices made by
-    versions q and g, rows aligned with ``manifest.items``. Identification and open-set use
-    ``manifest.query`` against ``manifest.gallery``; verification uses ``manifest.pairs`` with
-    the first item of each pair embedded by q and the second by g. An item that is both a query
-    and a gallery entry is left out of its own ranking (by index).
-    """
-    n = len(manifest.items)
-    for name, emb in (("query", query_embeddings), ("gallery", gallery_embeddings)):
-        if emb.shape[0] != n:
-            raise ValueError(f"{name} embeddings have {emb.shape[0]} rows for {n} manifest items")
-    lab = label_codes(manifest.labels) if codes is None else codes
-    q_idx = np.asarray(manifest.query, dtype=np.int64)
-    g_idx = np.asarray(manifest.gallery, dtype=np.int64)
-    out: dict[str, ProtocolResult] = {}
-    ranking_protocols = [p for p in protocols if p.uses_ranking]
-    if ranking_protocols:
-        position = np.full(n, -1, dtype=np.int64)
-        position[g_idx] = np.arange(g_idx.size)
-        exclude = position[q_idx]
-        out.update(
-            evaluate_sets(
-                ranking_protocols,
-                query_embeddings[q_idx],
-                lab[q_idx],
-                gallery_embeddings[g_idx],
-                lab[g_idx],
-                exclude=exclude if (exclude >= 0).any() else None,
-                chunk_size=chunk_size,
-                device=device,
-            )
-        )
-    for p in protocols:
-        if isinstance(p, Verification):
-            pairs = np.asarray(manifest.pairs, dtype=np.int64).reshape(-1, 3)
-            out[p.name] = p.evaluate_pairs(
-                query_embeddings, gallery_embeddings, pairs[:, 0], pairs[:, 1], pairs[:, 2] > 0
-            )
-        elif not p.uses_ranking:  # pragma: no cover
-            raise TypeError(f"protocol {p.name!r} has no manifest evaluation path")
-    return {p.name: out[p.name] for p in protocols}

@@ -28,17 +28,13 @@ from typing import Any
 import numpy as np
 
 from compat.compare import matrix as mx
-from compat.compare.engine import Comparison, compare, num, num_pair
+from compat.compare.engine import Comparison, compare, num
+from compat.evaluate.compared import ComparedMetric
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.environment import machine_facts
+from compat.evaluate.manifest import EvalSetLike, evaluate_manifest, label_codes
 from compat.evaluate.plots import plot_images
-from compat.evaluate.protocols import (
-    EvalSetLike,
-    ProtocolResult,
-    create_protocols,
-    evaluate_manifest,
-    label_codes,
-)
+from compat.evaluate.protocols import ProtocolResult, create_protocols
 from compat.io import write_json
 
 Cell = tuple[str, str]
@@ -196,12 +192,12 @@ def _fill_metric(
 ) -> None:
     """Matrix, intervals, differences M(new, old) - M(old, old) (BCT Eq. 2), update gains
     (BCT Eq. 9) and sequence metrics of one metric, formatted from the comparison."""
+    formatted = ComparedMetric(comparison, metric)
+    intervals = formatted.intervals()
     for q, g in comparison:
-        _nested(report["matrix"], protocol, metric, q)[g] = num(comparison.value((q, g), metric))
-        if comparison.resampled:
-            _nested(report["interval"], protocol, metric, q)[g] = num_pair(
-                comparison.interval((q, g), metric)
-            )
+        _nested(report["matrix"], protocol, metric, q)[g] = formatted.value((q, g))
+        if intervals is not None:
+            _nested(report["interval"], protocol, metric, q)[g] = intervals[(q, g)]
 
     chain = config.chain
     for i, new in enumerate(chain):
@@ -209,15 +205,15 @@ def _fill_metric(
             cross, self_old = (new, old), (old, old)
             if cross not in comparison or self_old not in comparison:
                 continue
-            diff = comparison.difference(cross, self_old, metric)
-            _nested(report["difference"], protocol, metric, new)[old] = diff.to_json()
+            _nested(report["difference"], protocol, metric, new)[old] = formatted.difference(
+                cross, self_old
+            )
             paragon = config.paragon.get(new)
             if paragon is None or (paragon, paragon) not in comparison:
                 continue
-            gain = comparison.gain(cross, self_old, (paragon, paragon), metric)
             _nested(report["gain"], protocol, metric, new)[old] = {
                 "paragon": paragon,
-                **gain.to_json(),
+                **formatted.gain(cross, self_old, (paragon, paragon)),
             }
 
     m = mx.as_array({c: comparison.value(c, metric) for c in comparison}, chain)

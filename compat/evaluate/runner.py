@@ -19,7 +19,7 @@ import numpy as np
 from compat.embeddings.cache import EmbeddingCache
 from compat.embeddings.versions import LoadImages, data_fingerprint, embed_versions
 from compat.evaluate.config import EvaluateConfig
-from compat.evaluate.protocols import EvalSetLike, label_codes
+from compat.evaluate.manifest import EvalSetLike, label_codes
 from compat.evaluate.report import evaluate_chain
 from compat.io import fingerprint
 from compat.models.card import check_paragon

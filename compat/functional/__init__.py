@@ -6,6 +6,16 @@ methods of :mod:`compat.losses` wrap these; docs/reference.md gives each formula
 
     from compat import functional as CF
     loss = F.cross_entropy(new_head(z_new), y) + lam * CF.bct_influence(z_new, y, old_fc)
+
+* :mod:`~compat.functional.influence`   BCT's influence loss and its distillation variant (Eq. 8)
+* :mod:`~compat.functional.regression`  feature regression onto the old embedding (BCT Eq. 3, l2)
+* :mod:`~compat.functional.distill`     knowledge distillation of logits (Hinton et al.; LwF)
+* :mod:`~compat.functional.contrastive` InfoNCE between new and old embeddings (UniBCT, HOC)
+* :mod:`~compat.functional.prototypes`  class prototypes from old embeddings (BCT's synthesized
+  classifier rows, UniBCT's structural prototypes)
+* :mod:`~compat.functional.simplex`     the fixed d-Simplex classifier (d-Simplex/HOC)
+* :mod:`~compat.functional.align`       a new embedding meeting an old one of another width (BCT
+  Sec. 3: the first d_old coordinates)
 """
 
 from __future__ import annotations

@@ -3,6 +3,18 @@
 See :mod:`compat.losses.base` for what a method declares and implements. Each method's
 compatibility term is a pure tensor function of :mod:`compat.functional`; a method adds what the
 pipeline needs around it (the parent, its classifier re-indexed to the new classes, buffers).
+
+* :mod:`~compat.losses.base`           ``CompatLoss``, ``MethodParams``, what a method declares
+* :mod:`~compat.losses.old_classifier` the parent's classifier, frozen, re-indexed (BCT Eq. 8)
+* :mod:`~compat.losses.independent`    the head's loss alone (BCT's baseline)
+* :mod:`~compat.losses.l2`             feature regression onto the parent (BCT Eq. 3)
+* :mod:`~compat.losses.bct`            BCT's influence loss (Shen et al., CVPR 2020, Eq. 8)
+* :mod:`~compat.losses.bct_kd`         BCT with knowledge distillation for the new classes
+* :mod:`~compat.losses.lwf`            Learning without Forgetting (Li & Hoiem)
+* :mod:`~compat.losses.unibct`         Universal BCT (Zhang et al., IJCAI 2022)
+* :mod:`~compat.losses.contrastive`    InfoNCE against the parent (UniBCT Eq. 12)
+* :mod:`~compat.losses.bict`           BiCT's backward term (Su et al.)
+* :mod:`~compat.losses.hoc`            d-Simplex + Higher-Order Compatibility (Biondi et al.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 bootstrap confidence.
 
 The rule is psi's (:mod:`compat.maps.psi_fit`) measured the way the gate measures: whole
-classes of the pairs are held out (rows, without labels; :func:`compat.maps.psi_fit.
+classes of the pairs are held out (rows, without labels; :func:`compat.maps.psi_heldout.
 heldout_split`), the map is fitted on the rest, and top-1 retrieval on the held-out pairs is
 scored by compat's own identification protocol (:mod:`compat.evaluate.protocols`, pessimistic
 ties) for the map and for its baseline, on the same queries. The paired bootstrap of the

@@ -1,7 +1,7 @@
 """Fit a map between two embedding spaces from paired rows, check it, card it.
 
 :func:`fit_map` holds out whole classes (rows, without labels; psi's split,
-:func:`compat.maps.psi_fit.heldout_split`), fits the map of ``kind`` on the rest
+:func:`compat.maps.psi_heldout.heldout_split`), fits the map of ``kind`` on the rest
 (:mod:`compat.maps.kinds`), checks it on the held-out pairs (:mod:`compat.maps.check`) and
 returns it with its card: kept, or refused with both numbers. The weights kept are the ones
 that were checked (fitted without the held-out pairs), so what the card reports is what is
@@ -74,7 +74,7 @@ def fit_map(
     and ``target_info`` (file or version, digest) into the card."""
     from compat.maps.check import check_map
     from compat.maps.kinds import kind_module, kind_params
-    from compat.maps.psi_fit import heldout_split
+    from compat.maps.psi_heldout import heldout_split
     from compat.models.version import package_versions
 
     module = kind_module(kind)

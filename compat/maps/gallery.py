@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from compat.errors import BadInputError
-from compat.maps.folder import Joins, SpaceMap, open_card, open_map
+from compat.maps.folder import open_card, open_map
+from compat.maps.space import Joins, SpaceMap
 
 
 def upgraded_embeddings(

@@ -45,7 +45,7 @@ class Pairs:
 
 def read_rows(path: str | os.PathLike[str]) -> Rows:
     """Every row of an embeddings file (any format), its ids and labels when it has them."""
-    from compat.embeddings.formats import GalleryReader
+    from compat.embeddings.reader import GalleryReader
 
     r = GalleryReader(path)
     parts = [b.embeddings for b in r.blocks(65536, with_columns=False)]  # each checked finite

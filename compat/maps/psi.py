@@ -47,7 +47,7 @@ from torch import nn
 
 from compat.errors import BadInputError
 from compat.io import atomic_path, sha256_bytes
-from compat.maps.folder import Joins, SpaceMap
+from compat.maps.space import Joins, SpaceMap
 from compat.models.card import (
     CARD_SCHEMA,
     UPGRADE_KIND,
@@ -259,7 +259,7 @@ def load_upgrade(path: str | Path) -> tuple[UpgradeModule, UpgradeCard]:
 
 
 class Psi(SpaceMap):
-    """psi opened as a map between spaces (:class:`compat.maps.folder.SpaceMap`): its upgrade
+    """psi opened as a map between spaces (:class:`compat.maps.space.SpaceMap`): its upgrade
     card and the folded module (:class:`FoldedUpgrade`), role ``gallery-map``. A refused psi is
     served: its weights are the identity the upgrade stage saved ("no upgrade")."""
 

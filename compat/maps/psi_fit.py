@@ -19,7 +19,9 @@ held-out embeddings as queries against psi(old) as the gallery, top-1), the best
 fitting stops ``patience`` epochs after it; and a psi whose held-out top-1 gain over the old
 gallery left alone is not above ``min_gain`` with ``confidence`` (a one-sided lower bound over
 the held-out queries) is *refused*: the identity is saved instead and the card's ``refused``
-says why, so evaluate, promote and ``compat backfill`` see "no upgrade".
+says why, so evaluate, promote and ``compat backfill`` see "no upgrade". Those held-out
+numbers (the split, top-1, the gain's lower bound) are :mod:`compat.maps.psi_heldout`'s; this
+module is the loop that uses them, and the ``upgrade`` stage's fit of a version.
 Runs are deterministic on the CPU for a given seed (deterministic algorithms, seeded init,
 seeded shuffling).
 """
@@ -32,7 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ import torch.nn.functional as F
 from compat.errors import BadInputError, NotFoundError
 from compat.maps.psi import UpgradeModule, save_upgrade, upgrade_folder
 from compat.maps.psi_config import UpgradeConfig
+from compat.maps.psi_heldout import gain_lower_bound, heldout_hits, heldout_split, heldout_top1
 from compat.models.card import ModelCard, UpgradeCard, UpgradeRefusal, read_model_card
 from compat.names import inside
 from compat.train.device import determinism, resolve_device
@@ -140,83 +142,6 @@ def _mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(F.cosine_similarity(a, b, dim=1).mean()) if len(a) else float("nan")
 
 
-@torch.inference_mode()
-def heldout_hits(
-    queries: torch.Tensor, gallery: torch.Tensor, labels: Sequence[Any] | None = None
-) -> torch.Tensor:
-    """Per scored query, whether its top-1 retrieval is right (bool); see :func:`heldout_top1`."""
-    n = len(queries)
-    if n == 0:
-        return torch.zeros(0, dtype=torch.bool)
-    sims = queries.float() @ gallery.float().T
-    if labels is not None:
-        codes = torch.as_tensor(_codes(labels), device=sims.device)
-        same = codes[:, None] == codes[None, :]
-        has_mate = (same.sum(dim=1) - 1) > 0
-        if bool(has_mate.any()):
-            sims.fill_diagonal_(float("-inf"))
-            best = sims.argmax(dim=1)
-            return (codes[best] == codes)[has_mate].cpu()
-    best = sims.argmax(dim=1)
-    return (best == torch.arange(n, device=sims.device)).cpu()
-
-
-def heldout_top1(
-    queries: torch.Tensor, gallery: torch.Tensor, labels: Sequence[Any] | None = None
-) -> float:
-    """Top-1 retrieval of row-paired ``queries`` (new embeddings) against ``gallery`` (old
-    embeddings, upgraded or not), both L2-normalised (n, d).
-
-    With ``labels``: query i searches every gallery row but its own pair i (the query image is
-    not in the gallery, as at evaluation) and is right when the nearest row has its label;
-    queries whose label has no other row are left out. Without labels (or when no query has a
-    mate): query i is right when its nearest gallery row is its own pair i. Ties go to the lower
-    row index. NaN when there is nothing to score."""
-    hits = heldout_hits(queries, gallery, labels)
-    return float(hits.float().mean()) if len(hits) else float("nan")
-
-
-def gain_lower_bound(with_psi: torch.Tensor, without: torch.Tensor, confidence: float) -> float:
-    """One-sided lower confidence bound of the paired top-1 gain mean(d), d_i = hit_i(psi) -
-    hit_i(no upgrade) on the same queries: mean(d) - z * sd(d) / sqrt(n) (normal approximation,
-    z the ``confidence`` quantile). With fewer than two queries, mean(d)."""
-    d = with_psi.double() - without.double()
-    n = len(d)
-    if n == 0:
-        return float("nan")
-    mean = float(d.mean())
-    if n < 2:
-        return mean
-    z = NormalDist().inv_cdf(confidence)
-    return mean - z * float(d.std(unbiased=True)) / math.sqrt(n)
-
-
-def _codes(labels: Sequence[Any]) -> list[int]:
-    index: dict[Any, int] = {}
-    return [index.setdefault(x, len(index)) for x in labels]
-
-
-def heldout_split(
-    n: int, labels: Sequence[Any] | None, fraction: float, seed: int
-) -> tuple[np.ndarray, np.ndarray, str]:
-    """(fit rows, held-out rows, "classes" | "rows"), deterministic for ``seed``.
-
-    With ``labels`` and room for at least two held-out classes, whole classes are held out
-    (round(fraction x classes) of them): psi is then checked on classes it never fitted, as the
-    evaluation's gallery classes are. Otherwise round(fraction x n) rows are held out."""
-    if fraction > 0 and labels is not None:
-        codes = np.asarray(_codes(labels))
-        n_cls = int(codes.max()) + 1 if n else 0
-        k = round(fraction * n_cls)
-        if 2 <= k < n_cls:
-            held = np.random.default_rng([seed, 0xC1A5]).permutation(n_cls)[:k]
-            mask = np.isin(codes, held)
-            return np.flatnonzero(~mask), np.flatnonzero(mask), "classes"
-    order = np.random.default_rng([seed, 0xB1C7]).permutation(n)
-    n_val = round(fraction * n) if n > 2 else 0
-    return np.sort(order[n_val:]), np.sort(order[:n_val]), "rows"
-
-
 def fit_upgrade(
     old: np.ndarray,
     new: np.ndarray,
@@ -230,13 +155,14 @@ def fit_upgrade(
     """Fit psi: (n, d_old) ``old`` -> (n, d_new) ``new`` (rows paired, L2-normalised).
 
     ``labels`` (one per row) let the held-out pairs be whole classes and their retrieval be
-    class retrieval (:func:`heldout_split`, :func:`heldout_top1`). Every epoch is scored on the
-    held-out pairs, and so is the start (epoch 0: the identity when psi is residual); the best
-    epoch's weights are kept (``cfg.monitor``) and fitting stops after ``cfg.patience`` epochs
-    without a better one. With equal dims and ``cfg.refuse``, a psi whose held-out top-1 gain over
-    the old gallery left alone is not above ``cfg.min_gain`` with ``cfg.confidence``
-    (:func:`gain_lower_bound`) is refused: the fit returns the identity psi and ``refused`` says
-    why."""
+    class retrieval (:func:`compat.maps.psi_heldout.heldout_split`,
+    :func:`~compat.maps.psi_heldout.heldout_top1`). Every epoch is scored on the held-out pairs,
+    and so is the start (epoch 0: the identity when psi is residual); the best epoch's weights
+    are kept (``cfg.monitor``) and fitting stops after ``cfg.patience`` epochs without a better
+    one. With equal dims and ``cfg.refuse``, a psi whose held-out top-1 gain over the old
+    gallery left alone is not above ``cfg.min_gain`` with ``cfg.confidence``
+    (:func:`~compat.maps.psi_heldout.gain_lower_bound`) is refused: the fit returns the identity
+    psi and ``refused`` says why."""
     from compat.train.progress import Reporter
 
     o = torch.as_tensor(np.ascontiguousarray(old, dtype=np.float32))
@@ -504,10 +430,6 @@ __all__ = [
     "UpgradePlan",
     "embedding_pairs",
     "fit_upgrade",
-    "gain_lower_bound",
-    "heldout_hits",
-    "heldout_split",
-    "heldout_top1",
     "plan_upgrade",
     "train_upgrade",
     "upgrade_loss",

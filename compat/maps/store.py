@@ -17,7 +17,7 @@ import numpy as np
 
 from compat.errors import BadInputError
 from compat.maps.card import MapCard, read_map_card, write_map_card
-from compat.maps.folder import SpaceMap
+from compat.maps.space import SpaceMap
 
 WEIGHTS = "weights.safetensors"
 CARD = "card.json"
@@ -34,7 +34,7 @@ def weights_blob(state: dict[str, Any]) -> bytes:
 
 class Map(SpaceMap):
     """A fitted :mod:`compat.maps` map: its :class:`MapCard` and the applier that maps rows
-    (fixed row blocks); the other kind of :class:`compat.maps.folder.SpaceMap` is psi's
+    (fixed row blocks); the other kind of :class:`compat.maps.space.SpaceMap` is psi's
     :class:`compat.maps.psi.Psi`."""
 
     card: MapCard

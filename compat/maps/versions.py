@@ -138,7 +138,7 @@ def embed_version(
     the data fingerprint, ids, label codes and, in ``meta``, the class names and weights."""
     from compat.embeddings.cache import EmbeddingCache
     from compat.embeddings.versions import embed_versions
-    from compat.evaluate.protocols import label_codes
+    from compat.evaluate.manifest import label_codes
     from compat.models.card import read_model_card
 
     folder = Path(models_dir) / version

@@ -3,6 +3,16 @@ and the cards beside the weights.
 
 Names are imported on first use (PEP 562), so ``compat.models.card`` — what the registry, the
 CLI and backfill read — loads without torch.
+
+* :mod:`~compat.models.backbones` the backbone catalog (``tiny``, ``small-cnn``, ResNets)
+* :mod:`~compat.models.embedding` backbone -> neck -> embedding
+* :mod:`~compat.models.heads`     training heads built by name (softmax, linear, margin heads,
+  the d-Simplex)
+* :mod:`~compat.models.parent`    the parent as a frozen teacher
+* :mod:`~compat.models.norms`     L2-normalising rows at any finite scale (numpy and torch)
+* :mod:`~compat.models.rowblocks` row-wise maps over fixed row blocks (batch-independent bits)
+* :mod:`~compat.models.version`   a trained version on disk (weights + card)
+* :mod:`~compat.models.card`      the typed cards beside the weights (torch-free)
 """
 
 from __future__ import annotations

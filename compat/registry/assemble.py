@@ -13,8 +13,6 @@ registered weights and both versions' row widths before it runs
 
 from __future__ import annotations
 
-import atexit
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +21,10 @@ import numpy as np
 
 from compat.contracts.schema import Contract
 from compat.errors import BadInputError, CompatError, NotFoundError
-from compat.io import make_scratch_dir
 from compat.models.card import check_paragon, read_model_card
+from compat.registry.artifacts import download, is_model, registered_weights
 from compat.registry.integrity import check_model
 from compat.registry.store import Registry, VersionRecord
-from compat.registry.uris import mask
 
 
 @dataclass
@@ -53,40 +50,6 @@ class Assembled:
     psi: dict[str, Any] | None = None
     adapted: np.ndarray | None = None  # serve: query-adapter: the version's rows, mapped
     serve: dict[str, Any] | None = None  # the served configuration and its map's provenance
-
-
-def registered_weights(rec: VersionRecord) -> str:
-    """The weights digest a version was registered with ('' when the tag is absent)."""
-    return rec.tags.get("compat.weights_sha256", "")
-
-
-def is_model(rec: VersionRecord) -> bool:
-    """A version registered from trained weights (not from an embeddings bundle)."""
-    return rec.tags.get("compat.kind") == "model"
-
-
-def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
-    """A registered version's artifact folder, downloaded into a fresh temporary folder."""
-    from mlflow.artifacts import download_artifacts
-
-    dst = make_scratch_dir(rec.name)  # a killed process's is removed by the next one made
-    atexit.register(shutil.rmtree, dst, True)  # read during this process only
-    try:
-        return Path(
-            download_artifacts(
-                run_id=rec.run_id,
-                artifact_path=artifact,
-                dst_path=str(dst),
-                tracking_uri=reg.tracking_uri,
-            )
-        )
-    except Exception as err:
-        shutil.rmtree(dst, ignore_errors=True)
-        reg.production_mlflow_version()  # an unreachable registry is exit 5, not "not found"
-        raise NotFoundError(
-            f"{rec.name}: artifact {artifact!r} of run {rec.run_id} could not be read: "
-            f"{mask(str(err))}"
-        ) from None
 
 
 def model_folder(reg: Registry, rec: VersionRecord, models_dir: Path) -> Path:
@@ -196,7 +159,7 @@ def gather_embeddings(
         from compat.data.sources import open_source
         from compat.embeddings.cache import EmbeddingCache
         from compat.embeddings.versions import data_fingerprint, embed_versions
-        from compat.evaluate.protocols import label_codes
+        from compat.evaluate.manifest import label_codes
 
         source = open_source(paths.source)
         data_fp = data_fingerprint(source.fingerprint, manifest.fingerprint)
@@ -287,11 +250,8 @@ __all__ = [
     "assemble",
     "bundle_rows",
     "check_paragon_split",
-    "download",
     "eval_rows",
     "gather_embeddings",
-    "is_model",
     "model_folder",
-    "registered_weights",
     "upgraded_parent",
 ]

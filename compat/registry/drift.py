@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from compat.errors import ConflictError
+from compat.registry import recovery
+from compat.registry.promotions import expected_production
 from compat.registry.uris import mask
 
 
@@ -24,12 +26,6 @@ class DriftError(ConflictError):
     def __init__(self, message: str, result: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.result = result or {}
-
-
-def expected_production(promotions: list[dict[str, Any]]) -> str | None:
-    """Where the log says production is: the target of its last committed move (None: unset)."""
-    committed = [p for p in promotions if p.get("state") == "committed"]
-    return committed[-1].get("to") if committed else None
 
 
 def drift(actual: str | None, promotions: list[dict[str, Any]]) -> str | None:
@@ -57,8 +53,6 @@ def verify(reg: Any, repair: bool = False) -> dict[str, Any]:
     (:mod:`compat.registry.recovery`); raises DriftError (exit 6) naming both on disagreement,
     or naming each state left behind. ``repair``: fix those states first, under the promotion
     lock (drift is never repaired: production moves only through the gate)."""
-    from compat.registry import recovery
-
     ledger = reg.ledger()
     repaired: list[str] = []
     if repair:
@@ -88,4 +82,4 @@ def verify(reg: Any, repair: bool = False) -> dict[str, Any]:
     return result
 
 
-__all__ = ["DriftError", "drift", "expected_production", "verify"]
+__all__ = ["DriftError", "drift", "verify"]

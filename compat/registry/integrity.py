@@ -25,6 +25,7 @@ from typing import Any
 
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.io import sha256_file
+from compat.registry.artifacts import download, is_model
 from compat.registry.store import PRODUCTION, Registry, VersionRecord
 
 FILES_TAG = "compat.files_sha256"
@@ -173,8 +174,6 @@ def resolve(reg: Registry, name: str) -> VersionRecord:
 def verify_model(reg: Registry, name: str) -> ModelCheck:
     """Download version ``name``'s model (as MLflow would load it) and compare every recorded
     digest; :class:`ModelChanged` (exit 4) names the first file that differs."""
-    from compat.registry.assemble import download, is_model
-
     rec = resolve(reg, name)
     if not is_model(rec):
         raise UsageError(

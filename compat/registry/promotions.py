@@ -13,6 +13,8 @@ Two ledgers share that logic: :class:`PromotionLog`, JSON lines in ``registry/pr
 under a file lock (the embedded sqlite store, or one machine), and
 :class:`compat.registry.shared.PostgresLedger`, a table and an advisory lock in the PostgreSQL
 database behind a shared ``mlflow server`` (docs/design.md, Registry conventions).
+:func:`expected_production` reads where the log says production is, which
+:mod:`compat.registry.drift` and :mod:`compat.registry.recovery` compare the alias with.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ def replay(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if line.get("recovered"):
                 by_id[pid]["recovered"] = True
     return list(by_id.values())
+
+
+def expected_production(promotions: list[dict[str, Any]]) -> str | None:
+    """Where the log says production is: the target of its last committed move (None: unset)."""
+    committed = [p for p in promotions if p.get("state") == "committed"]
+    return committed[-1].get("to") if committed else None
 
 
 class Ledger:

@@ -33,15 +33,18 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from compat.errors import CompatError, InfrastructureError, NotFoundError
+from compat.registry.embedded import (
+    SQLITE_BUSY_TIMEOUT_S,
+    check_sqlite_folder,
+    readable_uri,
+    stale_location,
+)
 from compat.registry.store import (
     DEFAULT_MODEL,
     PRODUCTION,
-    SQLITE_BUSY_TIMEOUT_S,
     VERSION_TAG,
     Registry,
     VersionRecord,
-    _check_sqlite_folder,
-    _stale_location,
     check_version_name,
 )
 from compat.registry.uris import first_line
@@ -109,9 +112,9 @@ class RegistryReader(Registry):
         if self._mlflow_uri is None:
             uri = self.uri
             if self.is_local:
-                uri = self._readable()
+                uri = readable_uri(self.root)
             elif uri.startswith("sqlite:///"):
-                db = _check_sqlite_folder(uri)
+                db = check_sqlite_folder(uri)
                 if db is not None and db.is_file() and "?" not in uri:
                     uri = f"sqlite:///file:{quote(str(db))}?mode=ro&uri=true"
             import mlflow
@@ -279,7 +282,7 @@ def _sqlite_snapshot(reader: RegistryReader) -> Snapshot:
 
             lock = FileLock(str(reader.root / ".schema.lock"), timeout=300)
     else:
-        found = _check_sqlite_folder(reader.uri)
+        found = check_sqlite_folder(reader.uri)
         assert found is not None  # fast_readable: a file path
         db = found
         if not os.path.lexists(db):
@@ -306,7 +309,7 @@ def _sqlite_snapshot(reader: RegistryReader) -> Snapshot:
                 snap = _query(con, reader.model)
                 if reader.is_local:
                     artifacts = (reader.root / "artifacts").as_uri()
-                    _repoint(snap, _stale_location(con, artifacts), artifacts)
+                    _repoint(snap, stale_location(con, artifacts), artifacts)
                 return snap
             finally:
                 con.close()
@@ -319,8 +322,9 @@ def _sqlite_snapshot(reader: RegistryReader) -> Snapshot:
 
 
 def _repoint(snap: Snapshot, old: str | None, new: str) -> None:
-    """A copied store's sources under its own artifact folder, as :func:`store.relocate`
-    rewrites them (here in memory: the reader writes nothing)."""
+    """A copied store's sources under its own artifact folder, as
+    :func:`compat.registry.embedded.relocate` rewrites them (here in memory: the reader writes
+    nothing)."""
     if old is None:
         return
     new = new.rstrip("/")

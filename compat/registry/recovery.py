@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compat.registry.drift import expected_production
+from compat.registry.promotions import expected_production
 
 PROMOTED = "promoted"
 

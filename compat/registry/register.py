@@ -226,7 +226,8 @@ def _card_from_embeddings(
     """A card for a version known only by its embeddings of the evaluation set."""
     from compat.contracts.schema import load_contract
     from compat.embeddings.bundle import save_bundle
-    from compat.embeddings.formats import format_of, load_gallery
+    from compat.embeddings.formats import format_of
+    from compat.embeddings.reader import load_gallery
 
     if not contract_path.is_file():
         raise NotFoundError(

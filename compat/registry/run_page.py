@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.contracts.gate import Verdict
+from compat.evaluate.plots import HeatmapStyle
 from compat.io import scratch_dir
 from compat.registry.describe import percent, points
 from compat.registry.store import Registry
@@ -33,6 +34,12 @@ NOTE_TAG = "mlflow.note.content"  # what MLflow shows as the run's description
 CONTEXT_TAG = "mlflow.data.context"  # MLflow's dataset-input tag: training, evaluation, ...
 FOLDER = "verdict"  # the run's artifact folder of these pages
 PANELS_PER_ROW = 3  # heatmap panels side by side: ~900 px wide, readable in MLflow's viewer
+# Large cell labels at any chain length and no axis labels (the title names the axes): the
+# panels are small and MLflow's artifact view shows them at their own size (100 dpi).
+RUN_PAGE_STYLE = HeatmapStyle(
+    per_row=PANELS_PER_ROW, min_side=2.4, cell_font=11.0, long_cell_font=11.0,
+    axis_labels=False, dpi=100,
+)  # fmt: skip
 
 Matrix = dict[str, dict[str, dict[str, dict[str, float | None]]]]
 
@@ -286,50 +293,22 @@ def verdict_html(verdict: Verdict, against: str | None, matrix: Matrix) -> str:
 
 def heatmaps(matrix: Matrix, folder: Path) -> list[Path]:
     """One PNG per protocol, ``PANELS_PER_ROW`` metric panels a row, cells labelled in % large
-    enough to read at ~900 px (MLflow's artifact view shows images at their own size)."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    enough to read at ~900 px (MLflow's artifact view shows images at their own size): the
+    evaluate stage's heat map (:func:`compat.evaluate.plots.draw_heatmap`) in
+    :data:`RUN_PAGE_STYLE`, over this version's cells, versions in natural order."""
+    from compat.evaluate.plots import draw_heatmap
 
     out = []
     for protocol, per in matrix.items():
-        metrics = list(per)
-        if not metrics:
+        if not per:
             continue
         names = sorted(
             {n for rows in per.values() for q, cols in rows.items() for n in (q, *cols)},
             key=_natural,
         )
-        n = len(names)
-        cols = min(PANELS_PER_ROW, len(metrics))
-        nrows = -(-len(metrics) // cols)
-        # Tick labels of long version names need room beyond ~12 characters (0.08 in each).
-        extra = 0.08 * max(0, max(len(name) for name in names) - 12)
-        side = max(2.4, 0.8 + 0.5 * n) + extra
-        width = max(5.5, side * cols + 0.6)  # room for the title above one small panel
-        fig = Figure(figsize=(width, (side + 0.5) * nrows + 0.5), layout="constrained")
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(nrows, cols, squeeze=False).ravel()
-        for ax, metric in zip(axes, metrics, strict=False):
-            grid = np.full((n, n), np.nan)
-            for qi, q in enumerate(names):
-                for gi, g in enumerate(names):
-                    v = per[metric].get(q, {}).get(g)
-                    grid[qi, gi] = np.nan if v is None else v
-            ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis")
-            for (qi, gi), v in np.ndenumerate(grid):
-                if not np.isnan(v):
-                    ax.text(gi, qi, f"{100 * v:.1f}", ha="center", va="center", fontsize=11,
-                            color="white" if v < 0.6 else "black")  # fmt: skip
-            ax.set_xticks(range(n), names, rotation=30, ha="right", fontsize=10)
-            ax.set_yticks(range(n), names, fontsize=10)
-            ax.set_title(metric, fontsize=12)
-        for ax in axes[len(metrics) :]:
-            ax.set_axis_off()
-        fig.suptitle(f"{protocol}: M[query][gallery] (%)", fontsize=12)
+        title = f"{protocol}: M[query][gallery] (%)"
         path = folder / f"heatmap_{protocol}.png"
-        fig.savefig(path, dpi=100)
-        out.append(path)
+        out.append(draw_heatmap(path, title, per, names, style=RUN_PAGE_STYLE))
     return out
 
 

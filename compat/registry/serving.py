@@ -28,7 +28,7 @@ import numpy as np
 from compat.contracts.schema import Contract
 
 if TYPE_CHECKING:
-    from compat.maps.folder import Joins
+    from compat.maps.space import Joins
 
 
 def apply_map(
@@ -84,7 +84,7 @@ def gallery_map_rows(
     """The parent's rows mapped by the gallery map in ``folder`` (psi's or a :mod:`compat.maps`
     map) and its provenance. ``weights(name)``: the registered weights digest of a version
     (None: not compared), which psi must have been fitted on."""
-    from compat.maps.folder import Joins
+    from compat.maps.space import Joins
 
     new, parent = contract.version, contract.parent
     assert parent is not None

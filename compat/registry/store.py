@@ -8,10 +8,11 @@ never pickled models.
 The default store is ``sqlite:///<abs>/registry/mlflow.db`` with artifacts in
 ``registry/artifacts``; ``MLFLOW_TRACKING_URI`` selects a shared server instead, and
 ``COMPAT_REGISTRY_DATABASE`` names the PostgreSQL database behind that server, where the
-promotion lock and log then live (:mod:`compat.registry.shared`). The embedded store is
-relocatable: MLflow stores absolute artifact locations, so a copied or cloned project's store is
-re-pointed at its own ``registry/artifacts`` on first use (:func:`relocate`). mlflow is
-imported lazily: ``import mlflow`` costs over a second and ``compat --help`` must stay fast.
+promotion lock and log then live (:mod:`compat.registry.shared`). The embedded store's own
+files (whether ``mlflow.db`` is a usable SQLite store, a copied store re-pointed at its own
+``registry/artifacts``, the read-only scratch copy) are :mod:`compat.registry.embedded`'s; this
+module is the only one that talks to MLflow's client. mlflow is imported lazily: ``import
+mlflow`` costs over a second and ``compat --help`` must stay fast.
 """
 
 from __future__ import annotations
@@ -33,17 +34,22 @@ from compat.errors import (
     NotFoundError,
 )
 from compat.names import name_problem
+from compat.registry.embedded import (
+    EXPERIMENT,
+    check_sqlite_folder,
+    check_writable,
+    readable_uri,
+    relocate,
+    store_exists,
+)
 from compat.registry.uris import first_line, mask
 
 TAG_PREFIX = "compat."
 VERSION_TAG = "compat.version"
 PRODUCTION = "production"
 DEFAULT_MODEL = "compat"
-EXPERIMENT = "compat"
 # The PostgreSQL database of a shared mlflow server's backend store (its --backend-store-uri).
 DATABASE_ENV = "COMPAT_REGISTRY_DATABASE"
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
-SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a read waits for another process's write transaction
 LOCAL_LOCK_ENV = "COMPAT_LOCAL_LOCK"  # 1: a remote server locked per machine (one writer place)
 REMOTE_SCHEMES = ("http://", "https://", "databricks")
 # Write conflicts from a shared server (concurrent tag upserts hit a unique violation) are
@@ -103,7 +109,8 @@ class Registry:
     ``read_only``: the registry is only read (``versions``, ``show``, ``chain``, ``log``,
     ``verify``), so a folder the user cannot write to serves as well: nothing is created
     (no folder, experiment or registered model), the embedded database is opened read-only,
-    a copied store is re-pointed at its own artifacts in a scratch copy (:meth:`_readable`),
+    a copied store is re-pointed at its own artifacts in a scratch copy
+    (:func:`compat.registry.embedded.readable_uri`),
     and the promotion log is read without its lock. Every URI this class prints is
     :attr:`safe_uri`, credentials hidden (:mod:`compat.registry.uris`)."""
 
@@ -186,54 +193,8 @@ class Registry:
 
     def local_store_exists(self, wait: bool = True) -> bool:
         """Whether the embedded store (``registry/mlflow.db``) exists; False where nothing is
-        there yet (the only place a store is ever created). Anything else that is no usable
-        SQLite file (the folder a file, the database a folder, a symlink that leads nowhere,
-        0 bytes, another file's header) is an InfrastructureError (exit 5) naming it: reading
-        it as an empty registry would hide the damage, and creating one would overwrite it.
-        ``wait``: an empty file may be a store another process is creating: wait for the
-        schema lock and look again (False: the caller holds that lock)."""
-        db = self.root / "mlflow.db"
-        if self.root.exists() and not self.root.is_dir():
-            raise InfrastructureError(
-                f"{self.root}: not a folder (the registry folder holds mlflow.db)"
-            )
-        if not os.path.lexists(db):
-            return False
-        if db.is_symlink():
-            try:
-                db.resolve(strict=True)
-            except (OSError, RuntimeError):  # a loop, or a target that is gone
-                raise InfrastructureError(
-                    f"{db}: a symlink that leads nowhere (a loop or a missing target)"
-                ) from None
-        if not db.is_file():
-            raise InfrastructureError(f"{db}: not a file (the registry's SQLite database)")
-        try:
-            with open(db, "rb") as f:
-                head = f.read(len(SQLITE_HEADER))
-        except OSError as err:
-            raise InfrastructureError(f"{db}: cannot be read: {err.strerror or err}") from None
-        if not head and wait and self._being_created(db):
-            return True
-        if not head:
-            raise InfrastructureError(
-                f"{db}: empty (0 bytes), not a registry (truncated?): restore it from a backup, "
-                "or remove it to start a new registry"
-            )
-        if head != SQLITE_HEADER:
-            raise InfrastructureError(f"{db}: not an SQLite database (damaged or another file)")
-        return True
-
-    def _being_created(self, db: Path) -> bool:
-        """An empty database file may be one another process is creating right now, under the
-        schema lock (``_connect``): wait for that lock, then look again."""
-        from filelock import FileLock, Timeout
-
-        try:
-            with FileLock(str(self.root / ".schema.lock"), timeout=300):
-                return db.stat().st_size > 0
-        except (OSError, Timeout):  # a folder we cannot write to: no creator can be there
-            return False
+        there yet, exit 5 naming a damaged one (:func:`compat.registry.embedded.store_exists`)."""
+        return store_exists(self.root, wait)
 
     def _connect(self) -> Any:
         _quiet_mlflow_env()
@@ -250,7 +211,7 @@ class Registry:
         elif self.is_local:
             if self.root.exists() and not self.root.is_dir():
                 self.local_store_exists()  # names it: exit 5
-            self._check_writable()
+            check_writable(self.root)
             # Several processes touching a fresh sqlite store at once race on MLflow's schema
             # migration; a file lock serialises first use (and the relocation below).
             schema_lock = FileLock(str(self.root / ".schema.lock"), timeout=300)
@@ -260,7 +221,7 @@ class Registry:
             check_reachable(self.uri)  # at once, not after MLflow's ten retries
             self.tracking_uri = with_connect_timeout(self.uri)  # and every later connection
         elif self.uri.startswith("sqlite:"):
-            db = _check_sqlite_folder(self.uri)
+            db = check_sqlite_folder(self.uri)
             if db is not None and not (self.read_only and not os.access(db.parent, os.W_OK)):
                 schema_lock = FileLock(f"{db}.schema.lock", timeout=300)
             if db is not None and self.read_only and db.is_file() and "?" not in self.uri:
@@ -275,7 +236,7 @@ class Registry:
                 # a damaged store is exit 5, never replaced (checked under the lock: a store
                 # another process is creating is never mistaken for a damaged one)
                 if self.is_local and self.read_only:
-                    self.tracking_uri = self._readable()
+                    self.tracking_uri = readable_uri(self.root)
                 elif self.is_local and self.local_store_exists(wait=False):
                     relocate(self.root / "mlflow.db", (self.root / "artifacts").as_uri())
                 _set_uris(mlflow, self.tracking_uri)
@@ -308,55 +269,6 @@ class Registry:
                 f"registry {self.safe_uri} is unreachable: {_short(err)}"
             ) from None
         return client
-
-    def _check_writable(self) -> None:
-        """The embedded store's folder, created if missing; a folder this process cannot write
-        to (a read-only mount, no permission) is an InfrastructureError (exit 5) naming it:
-        ``register`` and ``promote`` write there (the read commands do not)."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise InfrastructureError(
-                f"{self.root}: the registry folder cannot be created: {err.strerror or err}"
-            ) from None
-        if not os.access(self.root, os.W_OK):
-            raise InfrastructureError(
-                f"{self.root}: the registry folder is read-only: register and promote write "
-                "there (versions, show, chain, log and verify only read it)"
-            )
-
-    def _readable(self) -> str:
-        """The URI MLflow reads the embedded store through without writing anything: the
-        database opened read-only (SQLite's ``mode=ro``) in place; or, for a copied store not
-        yet re-pointed at its own artifact folder (:func:`relocate`, an UPDATE), a re-pointed
-        scratch copy (a snapshot, removed at exit), so that reading artifacts (``verify
-        --model``) never reaches the original project's files."""
-        import atexit
-        import shutil
-        import sqlite3
-        from urllib.parse import quote
-
-        from compat.io import make_scratch_dir
-
-        db = self.root / "mlflow.db"
-        artifacts = (self.root / "artifacts").as_uri()
-        source = f"file:{quote(str(db))}?mode=ro"
-        con = sqlite3.connect(source, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
-        try:
-            if _stale_location(con, artifacts) is None:
-                return f"sqlite:///{source}&uri=true"
-            # compat-registry-*.pid<pid>: removed at exit, swept by a later run after a kill
-            scratch = make_scratch_dir("registry")
-            atexit.register(shutil.rmtree, scratch, True)
-            copy = sqlite3.connect(scratch / "mlflow.db")
-            try:
-                con.backup(copy)
-            finally:
-                copy.close()
-        finally:
-            con.close()
-        relocate(scratch / "mlflow.db", artifacts)
-        return f"sqlite:///{scratch / 'mlflow.db'}"
 
     def call(self, fn: str, *args: Any, **kwargs: Any) -> Any:
         """Call an MlflowClient method; connection failures become InfrastructureError (exit 5).
@@ -523,81 +435,6 @@ def _set_uris(mlflow: Any, uri: str) -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def _check_sqlite_folder(uri: str) -> Path | None:
-    """The database file a ``sqlite:///`` URI names, in an existing folder (else exit 3: never
-    a new store in a folder created by accident); None for an in-memory database."""
-    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
-    if not uri.startswith("sqlite:///") or str(path) in ("", ".", ":memory:"):
-        return None
-    if not path.parent.is_dir():
-        raise NotFoundError(
-            f"registry {mask(uri)}: folder {path.parent} does not exist (create it, or unset "
-            "MLFLOW_TRACKING_URI for the default store under registry/)"
-        )
-    return path
-
-
-# The columns where MLflow stores absolute artifact locations (MLflow 3 schema).
-LOCATION_COLUMNS = (
-    ("experiments", "artifact_location"),
-    ("runs", "artifact_uri"),
-    ("model_versions", "source"),
-    ("model_versions", "storage_location"),
-    ("logged_models", "artifact_location"),
-)
-
-
-def relocate(db: Path, artifacts_uri: str) -> bool:
-    """Re-point a copied embedded store at its own artifact folder; True if it was moved.
-
-    The ``compat`` experiment's artifact location names the artifact folder the store was
-    created with; if that is not ``artifacts_uri`` (the project was copied or cloned), every
-    stored location under the old folder is rewritten to the same path under the new one, in
-    one transaction, so nothing (compat, MLflow's UI, a pyfunc load) reads or writes the
-    original's files. Call under the schema lock.
-    """
-    import sqlite3
-
-    con = sqlite3.connect(db, timeout=SQLITE_BUSY_TIMEOUT_S)
-    try:
-        old = _stale_location(con, artifacts_uri)
-        if old is None:
-            return False
-        new = artifacts_uri.rstrip("/")
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        with con:
-            for table, column in LOCATION_COLUMNS:
-                if table not in tables:
-                    continue
-                cols = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
-                if column not in cols:
-                    continue
-                con.execute(
-                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
-                    f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
-                    (new, len(old) + 1, old, len(old) + 1, old + "/"),
-                )
-        return True
-    finally:
-        con.close()
-
-
-def _stale_location(con: Any, artifacts_uri: str) -> str | None:
-    """The artifact folder an embedded store was created with (the ``compat`` experiment's
-    location) when it is not ``artifacts_uri`` (a copied store: :func:`relocate` moves it);
-    None when nothing has to move. Reads only."""
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if "experiments" not in tables:
-        return None
-    row = con.execute(
-        "SELECT artifact_location FROM experiments WHERE name = ?", (EXPERIMENT,)
-    ).fetchone()
-    old = (row[0] or "").rstrip("/") if row else ""
-    if not old.startswith("file://") or old == artifacts_uri.rstrip("/"):
-        return None
-    return old
 
 
 def tag_key(*parts: str) -> str:

@@ -2,6 +2,18 @@
 
 ``from compat.train import TrainConfig`` does not import torch; ``fit``, ``train_version`` and
 ``train_arrays`` load the heavy modules on first use.
+
+* :mod:`~compat.train.config`      the ``train.<version>`` params section (pydantic only)
+* :mod:`~compat.train.run`         one version end to end: checks, data, parent, fit, write
+* :mod:`~compat.train.fit`         the fit loop: arrays in, trained model out
+* :mod:`~compat.train.init`        where the weights start: scratch or the parent's
+* :mod:`~compat.train.sampler`     which images make up a batch: random or balanced
+* :mod:`~compat.train.augment`     batched augmentation on the training device
+* :mod:`~compat.train.schedule`    learning-rate schedules as functions of the step
+* :mod:`~compat.train.checkpoint`  per-epoch checkpoints without pickle
+* :mod:`~compat.train.device`      where a fit runs and how deterministic it is
+* :mod:`~compat.train.distributed` torchrun support
+* :mod:`~compat.train.progress`    what a run reports: progress bar, JSON rows, MLflow metrics
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import numpy as np
 
 from compat.errors import BadInputError, CompatError
 from compat.evaluate.metrics import identification_metrics
-from compat.evaluate.protocols import ranking, template_gallery
+from compat.evaluate.ranking import ranking, template_gallery
 
 
 def span_basis(vertices: np.ndarray) -> np.ndarray:

@@ -14,11 +14,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import compat.backfill.apply as apply_module
+import compat.backfill.resume as resume_module
 from compat.cli.main import app
 
-_atomic_path = apply_module.atomic_path
-_write_text = apply_module.write_text
+_atomic_path = resume_module.atomic_path
+_write_text = resume_module.write_text
 _saved = [0]
 
 
@@ -43,8 +43,8 @@ def _hold_after_checksum(path: str | Path, text: str) -> None:
                 time.sleep(0.02)
 
 
-apply_module.atomic_path = _slow_atomic_path
-apply_module.write_text = _hold_after_checksum
+resume_module.atomic_path = _slow_atomic_path
+resume_module.write_text = _hold_after_checksum
 
 if __name__ == "__main__":
     app(prog_name="compat")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compat.backfill.apply import backfill, work_dir_for
+from compat.backfill.apply import backfill
+from compat.backfill.resume import work_dir_for
 from compat.embeddings.bundle import load_bundle
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.io import sha256_file
@@ -62,7 +63,7 @@ def test_partial_backfill_makes_a_mixed_gallery(psi_and_gallery):
 def test_interrupted_run_resumes_from_saved_batches(psi_and_gallery, monkeypatch):
     root, *_ = psi_and_gallery
     _run(root, out=root / "ref.npz")
-    import compat.backfill.apply as apply_mod
+    import compat.backfill.resume as resume_mod
 
     real_save, calls = np.save, []
 
@@ -72,10 +73,10 @@ def test_interrupted_run_resumes_from_saved_batches(psi_and_gallery, monkeypatch
             raise KeyboardInterrupt  # as if killed while upgrading the third batch
         real_save(f, arr)
 
-    monkeypatch.setattr(apply_mod.np, "save", dying_save)
+    monkeypatch.setattr(resume_mod.np, "save", dying_save)
     with pytest.raises(KeyboardInterrupt):
         _run(root)
-    monkeypatch.setattr(apply_mod.np, "save", real_save)
+    monkeypatch.setattr(resume_mod.np, "save", real_save)
     work = work_dir_for(root / "g2.npz")
     assert sorted(p.name for p in work.glob("batch-*.npy")) == [
         "batch-000000.npy",

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compat.backfill.apply import backfill, work_dir_for
+from compat.backfill.apply import backfill
+from compat.backfill.resume import work_dir_for
 from compat.embeddings.bundle import Sidecar, save_sidecar
-from compat.embeddings.formats import GalleryReader, load_gallery, sidecar_of, write_shard
+from compat.embeddings.formats import sidecar_of, write_shard
+from compat.embeddings.reader import GalleryReader, load_gallery
 from compat.errors import BadInputError, UsageError
 from compat.maps.psi import upgrade_array
 from compat.models.rowblocks import ROW_BLOCK

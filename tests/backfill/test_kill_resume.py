@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compat.backfill.apply import lock_path_for, work_dir_for
+from compat.backfill.output import lock_path_for
+from compat.backfill.resume import work_dir_for
 from compat.embeddings.bundle import Sidecar, save_sidecar
-from compat.embeddings.formats import load_gallery
+from compat.embeddings.reader import load_gallery
 from compat.io import sha256_file
 from compat.maps.psi import upgrade_array
 

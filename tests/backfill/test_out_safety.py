@@ -15,10 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import compat.backfill.apply as apply_mod
-from compat.backfill.apply import backfill, lock_path_for, work_dir_for
+import compat.backfill.resume as resume_mod
+from compat.backfill.apply import backfill
+from compat.backfill.output import OutLock, lock_path_for
+from compat.backfill.resume import work_dir_for
 from compat.embeddings.bundle import Sidecar, save_sidecar
-from compat.embeddings.formats import load_gallery, write_shard
+from compat.embeddings.formats import write_shard
+from compat.embeddings.reader import load_gallery
 from compat.errors import BadInputError, ConflictError, StorageError, UsageError
 from compat.io import sha256_file
 
@@ -224,7 +227,7 @@ def test_an_out_in_a_folder_yet_to_be_made_is_written(psi_and_gallery):
 def test_a_held_lock_is_a_conflict_in_process(psi_and_gallery):
     root = psi_and_gallery[0]
     out = root / "g2.npz"
-    with apply_mod._OutLock(out):
+    with OutLock(out):
         with pytest.raises(ConflictError, match=rf"pid {os.getpid()}\) is writing it"):
             _run(root)
         assert not work_dir_for(out).exists()
@@ -236,7 +239,7 @@ def test_a_held_lock_is_a_conflict_in_process(psi_and_gallery):
 
 
 def _interrupt_after(monkeypatch, batches: int) -> None:
-    real = apply_mod._Parts.write
+    real = resume_mod.Parts.write
     calls = []
 
     def write(self, b, block, y):
@@ -245,7 +248,7 @@ def _interrupt_after(monkeypatch, batches: int) -> None:
         calls.append(b)
         real(self, b, block, y)
 
-    monkeypatch.setattr(apply_mod._Parts, "write", write)
+    monkeypatch.setattr(resume_mod.Parts, "write", write)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip-a-byte", "checksum-lost"])
@@ -322,7 +325,7 @@ def test_a_full_disk_is_one_storage_error_and_leaves_nothing(
         if dst == "g2":
             monkeypatch.setattr(formats_mod, "write_shard", fill_up)
         else:
-            monkeypatch.setattr(apply_mod.np, "save", fill_up)
+            monkeypatch.setattr(resume_mod.np, "save", fill_up)
         target = "batch-000002"
     else:
         target = {"g2.npz": "g2.npz", "g2.npy": "g2.npy", "g2": "_compat.json"}[dst]

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from compat.backfill.apply import backfill
-from compat.embeddings.formats import load_gallery, write_shard
+from compat.embeddings.formats import write_shard
+from compat.embeddings.reader import load_gallery
 from compat.maps.psi import upgrade_array
 
 ray = pytest.importorskip("ray")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from compat.cli.main import app
 from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
-from compat.embeddings.formats import load_gallery
+from compat.embeddings.reader import load_gallery
 from compat.io import sha256_file
 from compat.maps.psi import UpgradeModule, save_upgrade
 

@@ -176,7 +176,7 @@ def _project(root: Path) -> None:
 
 
 def test_embed_through_the_cache_in_every_format(in_tmp):
-    from compat.embeddings.formats import load_gallery
+    from compat.embeddings.reader import load_gallery
 
     _project(in_tmp)
     r = runner.invoke(app, ["embed", "v2", "--split", "v2", "--out", "v2.npz"])

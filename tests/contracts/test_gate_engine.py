@@ -11,7 +11,8 @@ from compat.compare.engine import compare
 from compat.contracts.gate import judge
 from compat.contracts.schema import Contract
 from compat.errors import BadInputError
-from compat.evaluate.protocols import PROTOCOLS, evaluate_manifest, label_codes
+from compat.evaluate.manifest import evaluate_manifest, label_codes
+from compat.evaluate.protocols import PROTOCOLS
 
 from .test_forward_criterion import _setup
 

@@ -13,14 +13,8 @@ import pytest
 
 from compat.embeddings import bundle as B
 from compat.embeddings.bundle import EmbeddingBundle, Sidecar, save_bundle, save_sidecar
-from compat.embeddings.formats import (
-    GalleryReader,
-    format_of,
-    load_gallery,
-    sidecar_of,
-    write_dataset_meta,
-    write_shard,
-)
+from compat.embeddings.formats import format_of, sidecar_of, write_dataset_meta, write_shard
+from compat.embeddings.reader import GalleryReader, load_gallery
 from compat.errors import BadInputError, UsageError
 
 
@@ -202,7 +196,7 @@ def test_a_null_embedding_row_names_the_shard_and_column(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from compat.embeddings.formats import load_gallery
+    from compat.embeddings.reader import load_gallery
 
     folder = tmp_path / "g"
     folder.mkdir()

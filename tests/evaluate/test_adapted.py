@@ -23,7 +23,8 @@ from compat.evaluate.adapted import (
     write_adapted,
 )
 from compat.evaluate.config import EvaluateConfig
-from compat.evaluate.protocols import create_protocols, evaluate_manifest
+from compat.evaluate.manifest import evaluate_manifest
+from compat.evaluate.protocols import create_protocols
 from compat.evaluate.report import write_report
 from compat.evaluate.runner import run_evaluation
 from compat.maps.gallery import served_pair_maps

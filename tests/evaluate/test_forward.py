@@ -20,7 +20,8 @@ from compat.evaluate.forward import (
     upgrade_mask,
     write_forward,
 )
-from compat.evaluate.protocols import create_protocols, evaluate_manifest
+from compat.evaluate.manifest import evaluate_manifest
+from compat.evaluate.protocols import create_protocols
 from compat.evaluate.report import write_report
 from compat.evaluate.runner import run_evaluation
 

@@ -9,15 +9,15 @@ import pytest
 
 from compat.errors import UsageError
 from compat.evaluate import metrics as M
+from compat.evaluate.manifest import evaluate_manifest
+from compat.evaluate.pairs import label_pairs
 from compat.evaluate.protocols import (
     PROTOCOLS,
     Identification,
     OpenSet,
     Verification,
     create_protocols,
-    evaluate_manifest,
     evaluate_sets,
-    label_pairs,
 )
 
 
@@ -238,7 +238,7 @@ def test_resample_equals_replicated_units(sets):
 
 
 def test_label_lookup_ranking_equals_the_boolean_matrix_form(sets):
-    from compat.evaluate.protocols import ranking
+    from compat.evaluate.ranking import ranking
 
     q, ql, g, gl = sets
     rng = np.random.default_rng(5)

@@ -15,7 +15,8 @@ from compat.compare import matrix as mx
 from compat.compare.bootstrap import bootstrap, lower_bound, percentile_interval
 from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.forward import evaluate_forward
-from compat.evaluate.protocols import create_protocols, evaluate_manifest, label_codes
+from compat.evaluate.manifest import evaluate_manifest, label_codes
+from compat.evaluate.protocols import create_protocols
 from compat.evaluate.report import evaluate_chain
 
 from .test_forward import synthetic

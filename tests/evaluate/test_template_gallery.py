@@ -8,13 +8,9 @@ import numpy as np
 import pytest
 
 from compat.evaluate.config import EvaluateConfig
-from compat.evaluate.protocols import (
-    Identification,
-    create_protocols,
-    evaluate_manifest,
-    evaluate_sets,
-    template_gallery,
-)
+from compat.evaluate.manifest import evaluate_manifest
+from compat.evaluate.protocols import Identification, create_protocols, evaluate_sets
+from compat.evaluate.ranking import template_gallery
 
 # Class a (label 0): three unit vectors, one of them (0.6, -0.8) close to class b's only item.
 GALLERY = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, -0.8], [0.8, -0.6]], dtype=np.float32)

@@ -12,7 +12,7 @@ import torch
 
 from compat.errors import BadInputError, NotFoundError
 from compat.maps import Joins, SpaceMap, fit_map, load_map, open_card, open_map, save_map
-from compat.maps.card import MapCard
+from compat.maps.card import MAP_KINDS, MapCard
 from compat.maps.psi import UpgradeModule, load_upgrade, save_upgrade, upgrade_array
 from compat.models.card import UpgradeCard
 from tests.maps.conftest import drifted_pairs, unit
@@ -111,6 +111,36 @@ def test_a_folder_with_neither_card_is_an_error_naming_the_folder(tmp_path):
         open_map(model)
     assert str(err.value).startswith(f"{model / 'card.json'}: kind: neither psi's upgrade card")
     assert f"{model} holds neither psi nor a fitted map" in str(err.value)
+
+
+def test_every_card_kind_opens_through_the_catalog():
+    """open_map and open_card look the card's kind up in one catalog: psi's upgrade card and
+    every fitted kind, nothing else (a kind that is no string is refused like an unknown one)."""
+    from compat.maps.folder import FOLDER_KINDS
+    from compat.maps.kinds import KINDS
+    from compat.models.card import UPGRADE_KIND
+
+    assert FOLDER_KINDS.names() == sorted([UPGRADE_KIND, *MAP_KINDS])
+    assert set(KINDS.names()) == set(MAP_KINDS)  # psi is opened here, never fitted by fit_map
+
+
+@pytest.mark.parametrize("kind", ["upgrade-v0", ["procrustes"], {"kind": "affine"}, None])
+def test_a_card_of_no_known_kind_is_refused_naming_both(tmp_path, kind):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "card.json").write_text(json.dumps({"kind": kind}))
+    for call in (open_map, open_card):
+        with pytest.raises(BadInputError) as err:
+            call(folder)
+        assert str(err.value) == (
+            f"{folder / 'card.json'}: kind: neither psi's upgrade card nor a map card (kind "
+            f"{kind!r}; psi's is 'upgrade', a map's one of procrustes, affine, residual-mlp): "
+            f"{folder} holds neither psi nor a fitted map"
+        )
+
+
+def test_the_card_alone_needs_no_torch(heavy_imports):
+    assert heavy_imports("compat.maps", "compat.maps.folder", heavy=("torch",)) == []
 
 
 def test_psi_keeps_its_checks_and_a_refused_psi_is_served(psi_folder):

@@ -10,13 +10,8 @@ import torch
 
 from compat.maps.psi import UpgradeModule, upgrade_array
 from compat.maps.psi_config import UpgradeConfig
-from compat.maps.psi_fit import (
-    _evaluate,
-    fit_upgrade,
-    gain_lower_bound,
-    heldout_split,
-    heldout_top1,
-)
+from compat.maps.psi_fit import _evaluate, fit_upgrade
+from compat.maps.psi_heldout import gain_lower_bound, heldout_split, heldout_top1
 
 
 def unit(x: np.ndarray) -> np.ndarray:  # one torch thread: tests/maps/conftest.py

@@ -13,6 +13,7 @@ import pytest
 
 import compat.registry.assemble as A
 from compat.errors import BadInputError
+from compat.registry.artifacts import is_model, registered_weights
 from compat.registry.store import VersionRecord
 
 FIXTURES = Path(__file__).parents[1] / "models" / "fixtures"
@@ -26,9 +27,9 @@ def _rec(name: str, kind: str = "model", sha: str = "s" * 64, **tags: str) -> Ve
 
 
 def test_registered_weights_and_kind():
-    assert A.registered_weights(_rec("v1", sha="abc")) == "abc"
-    assert A.registered_weights(VersionRecord("v1", "1", None, "")) == ""
-    assert A.is_model(_rec("v1")) and not A.is_model(_rec("v1", kind="embeddings"))
+    assert registered_weights(_rec("v1", sha="abc")) == "abc"
+    assert registered_weights(VersionRecord("v1", "1", None, "")) == ""
+    assert is_model(_rec("v1")) and not is_model(_rec("v1", kind="embeddings"))
 
 
 def test_model_folder_prefers_the_local_copy_with_the_registered_digest(tmp_path, monkeypatch):

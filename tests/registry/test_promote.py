@@ -342,9 +342,9 @@ def test_a_locked_sqlite_store_is_not_an_unset_alias(project, monkeypatch):
     """The real thing: another process holds the sqlite database's write lock."""
     import sqlite3
 
-    from compat.registry import store
+    from compat.registry import embedded
 
-    monkeypatch.setattr(store, "SQLITE_BUSY_TIMEOUT_S", 1.0)  # the wait is not what is tested
+    monkeypatch.setattr(embedded, "SQLITE_BUSY_TIMEOUT_S", 1.0)  # the wait is not what is tested
 
     _setup(project, project.embeddings(0.8, 2))
     db = sqlite3.connect(project.root / "registry" / "mlflow.db", timeout=1)

@@ -15,7 +15,7 @@ from pathlib import Path
 from test_read_only_registry import read_only, snapshot  # noqa: F401  (a fixture)
 from typer.testing import CliRunner
 
-import compat.cli.registry as commands
+import compat.cli.registry_read as read_commands
 from compat.cli.main import app
 from compat.registry.reader import KNOWN_SCHEMAS, RegistryReader, open_registry
 from compat.registry.store import Registry
@@ -69,7 +69,7 @@ def _same_commands(monkeypatch) -> None:
     """Every read command's --json (and its exit code) through the reader and through MLflow."""
     fast = [cli(*args) for args in READ_COMMANDS]
     with monkeypatch.context() as patch:
-        patch.setattr(commands, "_registry", _mlflow_registry)
+        patch.setattr(read_commands, "named_registry", _mlflow_registry)
         slow = [cli(*args) for args in READ_COMMANDS]
     for args, f, s in zip(READ_COMMANDS, fast, slow, strict=True):
         assert (f.exit_code, f.stderr) == (s.exit_code, s.stderr), args

@@ -147,7 +147,8 @@ def test_the_gate_report_and_the_log_record_hide_the_password(project, monkeypat
     """A registry reached at a URI with a password (a server behind basic auth, played here by
     the embedded store): the report, the run link, the promotion log record, verify's result
     and every file the project holds name it with the password hidden."""
-    import compat.cli.registry as commands
+    import compat.cli.registry_read as read_commands
+    import compat.cli.registry_write as write_commands
 
     uri = f"http://alice:{SECRET}@mlflow.example:5000"
 
@@ -159,7 +160,8 @@ def test_the_gate_report_and_the_log_record_hide_the_password(project, monkeypat
 
     project.register("v1", noise=1.5, seed=1)
     project.register("v2", parent="v1")
-    monkeypatch.setattr(commands, "_registry", behind_basic_auth)
+    monkeypatch.setattr(write_commands, "named_registry", behind_basic_auth)
+    monkeypatch.setattr(read_commands, "named_registry", behind_basic_auth)
     monkeypatch.setenv("COMPAT_LOCAL_LOCK", "1")
     summary = project.root / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
