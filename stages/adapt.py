@@ -21,8 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.errors import CompatError
 from compat.params import PARAMS_FILE, read_section
+from compat.stage import run_stage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-manifest", default="splits/eval.json")
     parser.add_argument("--no-progress", action="store_true", help="no embedding progress")
     args = parser.parse_args([] if argv is None else argv)
-    try:
+
+    def body() -> int:
         from compat.maps.adapt import run_adapt
         from compat.maps.adapt_config import ADAPT_SECTION, AdaptConfig
         from compat.names import Name
@@ -59,10 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             report=lambda line: print(line, flush=True),
         )
-    except CompatError as err:
-        print(f"error: {err.message}", file=sys.stderr)
-        return err.exit_code
-    return 0
+        return 0
+
+    return run_stage(body)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ import argparse
 import sys
 import time
 
-from compat.errors import CompatError
 from compat.params import PARAMS_FILE, PARAMS_SECTIONS, read_section
+from compat.stage import run_stage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default=PARAMS_FILE)
     args = parser.parse_args([] if argv is None else argv)
-    try:
+
+    def body() -> int:
         from compat.data.config import DataParams, EmbeddedData
         from compat.data.sources import build_source
 
@@ -30,16 +31,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         start = time.perf_counter()
         source = build_source(config, "data")
-    except CompatError as err:
-        print(f"error: {err.message}", file=sys.stderr)
-        return err.exit_code
-    info = source.describe()
-    print(
-        f"data: {info['kind']} source, {info['items']} items in {info['classes']} classes, "
-        f"{info['image_size']} px x {info['channels']} ch, fingerprint {info['fingerprint']} "
-        f"({time.perf_counter() - start:.1f} s)"
-    )
-    return 0
+        info = source.describe()
+        print(
+            f"data: {info['kind']} source, {info['items']} items in {info['classes']} classes, "
+            f"{info['image_size']} px x {info['channels']} ch, fingerprint {info['fingerprint']} "
+            f"({time.perf_counter() - start:.1f} s)"
+        )
+        return 0
+
+    return run_stage(body)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from compat.evaluate.config import EvaluateConfig
 from compat.evaluate.report import write_report
 from compat.evaluate.runner import run_evaluation
 from compat.params import PARAMS_FILE, read_section
+from compat.stage import run_stage
 
 
 def load_config(path: str = PARAMS_FILE, section: str = "evaluate") -> EvaluateConfig:
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     # In-process callers (tests) pass nothing: the defaults, never pytest's own argv.
     args = parser.parse_args([] if argv is None else argv)
-    try:
+
+    def body() -> int:
         config = load_config(args.params, args.section)
         if config.device is not None:  # a CUDA device this machine lacks: exit 4 before any work
             from compat.embeddings.search import resolve_device
@@ -106,18 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         # Outputs of a previous run with other versions must not linger in the plots folder.
         shutil.rmtree(Path(args.plots) / "cmc", ignore_errors=True)
         write_report(report, args.metrics, args.plots)  # a full disk: exit 5, one line
-    except CompatError as err:
-        print(f"error: {err.message}", file=sys.stderr)
-        return err.exit_code
-    for protocol, by_metric in report["matrix"].items():
-        for metric, rows in by_metric.items():
-            cells = ", ".join(
-                f"M({q},{g})={'-' if v is None else f'{100 * v:.1f}'}"
-                for q, row in rows.items()
-                for g, v in row.items()
-            )
-            print(f"evaluate: {protocol} {metric}: {cells}")
-    return 0
+        for protocol, by_metric in report["matrix"].items():
+            for metric, rows in by_metric.items():
+                cells = ", ".join(
+                    f"M({q},{g})={'-' if v is None else f'{100 * v:.1f}'}"
+                    for q, row in rows.items()
+                    for g, v in row.items()
+                )
+                print(f"evaluate: {protocol} {metric}: {cells}")
+        return 0
+
+    return run_stage(body)
 
 
 if __name__ == "__main__":

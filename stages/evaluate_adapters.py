@@ -21,8 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.errors import CompatError
 from compat.params import PARAMS_FILE, read_section
+from compat.stage import run_stage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", default="splits/eval.json")
     parser.add_argument("--models", default="models")
     args = parser.parse_args([] if argv is None else argv)
-    try:
+
+    def body() -> int:
         from compat.data.sources import open_source
         from compat.data.split import load_eval_manifest
         from compat.evaluate.adapted import run_adapted, write_adapted
@@ -75,24 +76,23 @@ def main(argv: list[str] | None = None) -> int:
             report=progress,
         )
         write_adapted(adapted, args.metrics)
-    except CompatError as err:
-        print(f"error: {err.message}", file=sys.stderr)
-        return err.exit_code
-    for name, entry in adapted.items():
-        top = entry["metrics"].get("identification", {})
-        for metric in ("top1", "mAP"):
-            e = top.get(metric)
-            if e is None:
-                continue
-            cells = ", ".join(
-                f"M({q},{g})={'-' if e[t] is None else f'{100 * e[t]:.1f}'}"
-                for t, (q, g) in ((t, c) for t, c in entry["cells"].items() if c)
-            )
-            verdict = "passes" if e["passes"] else "does not pass"
-            print(f"evaluate-adapters: {name}: identification {metric}: {cells}; {verdict} BCT")
-    if not adapted:
-        print(f"evaluate-adapters: no query adapters in {args.section}.adapters; wrote {{}}")
-    return 0
+        for name, entry in adapted.items():
+            top = entry["metrics"].get("identification", {})
+            for metric in ("top1", "mAP"):
+                e = top.get(metric)
+                if e is None:
+                    continue
+                cells = ", ".join(
+                    f"M({q},{g})={'-' if e[t] is None else f'{100 * e[t]:.1f}'}"
+                    for t, (q, g) in ((t, c) for t, c in entry["cells"].items() if c)
+                )
+                verdict = "passes" if e["passes"] else "does not pass"
+                print(f"evaluate-adapters: {name}: identification {metric}: {cells}; {verdict} BCT")
+        if not adapted:
+            print(f"evaluate-adapters: no query adapters in {args.section}.adapters; wrote {{}}")
+        return 0
+
+    return run_stage(body)
 
 
 if __name__ == "__main__":

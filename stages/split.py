@@ -17,6 +17,7 @@ from pathlib import Path
 from compat.errors import BadInputError, CompatError
 from compat.names import inside
 from compat.params import PARAMS_FILE, PARAMS_SECTIONS, read_section
+from compat.stage import run_stage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default=PARAMS_FILE)
     args = parser.parse_args([] if argv is None else argv)
-    try:
+
+    def body() -> int:
         from compat.data.expectations import validate_split
         from compat.data.sources import open_source
         from compat.data.split import SplitParams, build_split, build_validation, write_split
@@ -36,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         source = open_source("data/source.json")
         manifests, eval_manifest = build_split(source, config)
-        validate_split(source, config, manifests, eval_manifest)
         validation = build_validation(source, config)
+        validate_split(source, config, manifests, eval_manifest, validation)
         out = Path("splits")
         names = [*manifests, "eval", *(["validation"] if validation is not None else [])]
         for name in names:  # a symlinked splits/ or splits/<name>.json must not lead outside
@@ -51,23 +53,22 @@ def main(argv: list[str] | None = None) -> int:
         except CompatError:  # a full disk (exit 5): no split set half there
             shutil.rmtree(out, ignore_errors=True)
             raise
-    except CompatError as err:
-        print(f"error: {err.message}", file=sys.stderr)
-        return err.exit_code
-    for name, m in manifests.items():
-        print(f"split: {name} ({m.scenario}): {len(m.items)} items, {len(m.classes)} classes")
-    ev = eval_manifest
-    print(
-        f"split: eval: {len(ev.items)} items in {len(set(ev.labels))} classes, {len(ev.query)} queries "
-        f"({len(ev.nonmated_classes)} non-mated classes), {len(ev.gallery)} gallery, {len(ev.pairs)} pairs"
-    )
-    if validation is not None:
-        va = validation
+        for name, m in manifests.items():
+            print(f"split: {name} ({m.scenario}): {len(m.items)} items, {len(m.classes)} classes")
+        ev = eval_manifest
         print(
-            f"split: validation: {len(va.items)} items in {len(set(va.labels))} classes (disjoint "
-            f"from training and eval), {len(va.query)} queries, {len(va.gallery)} gallery"
+            f"split: eval: {len(ev.items)} items in {len(set(ev.labels))} classes, {len(ev.query)} queries "
+            f"({len(ev.nonmated_classes)} non-mated classes), {len(ev.gallery)} gallery, {len(ev.pairs)} pairs"
         )
-    return 0
+        if validation is not None:
+            va = validation
+            print(
+                f"split: validation: {len(va.items)} items in {len(set(va.labels))} classes (disjoint "
+                f"from training and eval), {len(va.query)} queries, {len(va.gallery)} gallery"
+            )
+        return 0
+
+    return run_stage(body)
 
 
 if __name__ == "__main__":

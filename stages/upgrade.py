@@ -16,54 +16,27 @@ Usage: ``python stages/upgrade.py v2 [--no-progress] [--params params.yaml]``.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from compat.errors import CompatError
-from compat.params import PARAMS_FILE, read_section
+from compat.stage import run_stage, training_set, version_parser, version_section
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the stage; ``argv`` None (an in-process caller) means no arguments."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("version")
-    parser.add_argument("--params", default=PARAMS_FILE)
-    parser.add_argument("--source", default="data/source.json")
-    parser.add_argument("--splits", default="splits")
-    parser.add_argument("--models", default="models")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser = version_parser(__doc__)
     args = parser.parse_args([] if argv is None else argv)
-    try:
-        from compat.errors import BadInputError
-        from compat.names import name_problem
 
-        problem = name_problem(args.version)
-        if problem:  # the name becomes models/<version>/: it must not leave the project
-            raise BadInputError(f"{args.params}: upgrade.{args.version}: {problem}")
+    def body() -> None:
         from compat.maps.psi_config import UpgradeConfig
 
-        cfg = read_section(
-            args.params,
-            "upgrade",
-            UpgradeConfig,
-            args.version,
-            missing="no upgrade module declared (declared: {known})",
+        cfg = version_section(
+            args, "upgrade", UpgradeConfig, "no upgrade module declared (declared: {known})"
         )
-
-        from compat.data.sources import open_source
-        from compat.data.split import load_train_manifest
         from compat.maps.psi_fit import UpgradeData, plan_upgrade, train_upgrade
 
         plan = plan_upgrade(args.version, cfg, args.models)  # every check before data loads
         split = plan.new_card.split or args.version
-        source = open_source(args.source)
-        manifest = load_train_manifest(Path(args.splits) / f"{split}.json")
-        if manifest.source_fingerprint != source.fingerprint:
-            raise BadInputError(
-                f"{args.splits}/{split}.json: made from source {manifest.source_fingerprint}, "
-                f"but the source is now {source.fingerprint}; re-run the split stage"
-            )
+        source, manifest = training_set(args.source, args.splits, split)
         images = source.load(manifest.items)
         card = train_upgrade(
             args.version,
@@ -79,11 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             progress=False if args.no_progress else None,
             labels=manifest.labels,
         )
-    except CompatError as err:
-        print(f"error: {err.message}", file=sys.stderr)
-        return err.exit_code
-    print(_summary(card))
-    return 0
+        print(_summary(card))
+
+    return run_stage(body)
 
 
 def _summary(card) -> str:

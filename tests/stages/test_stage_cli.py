@@ -1,8 +1,10 @@
 """One command-line style for every stage script (stages/*.py).
 
-Each builds an argparse parser from its docstring, takes ``--params`` (and ``--no-progress``
-where it shows progress), turns a CompatError into ``error: <message>`` on stderr and the
-documented exit code, and runs ``sys.exit(main(sys.argv[1:]))`` as a script; ``main()`` without
+Each builds an argparse parser from its docstring (a per-version stage through
+:func:`compat.stage.version_parser`), takes ``--params`` (and ``--no-progress`` where it shows
+progress), runs its work through :func:`compat.stage.run_stage`, which turns a CompatError into
+``error: <message>`` on stderr and the documented exit code, and runs
+``sys.exit(main(sys.argv[1:]))`` as a script; ``main()`` without
 arguments (an in-process caller) means the defaults, never the caller's own ``sys.argv``.
 """
 
@@ -46,15 +48,20 @@ def _options(tree: ast.Module) -> set[str]:
 def test_stage_script_follows_the_cli_style(path: Path):
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text)
-    assert "argparse.ArgumentParser(description=__doc__.splitlines()[0])" in text
+    per_version = path.stem in POSITIONAL
+    if per_version:
+        assert "version_parser(__doc__)" in text
+    else:
+        assert "argparse.ArgumentParser(description=__doc__.splitlines()[0])" in text
     main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
     assert ast.unparse(main.args) == "argv: list[str] | None=None"
     assert "parser.parse_args([] if argv is None else argv)" in text
     options = _options(tree)
+    if per_version:
+        options |= _options(ast.parse((REPO / "compat" / "stage.py").read_text(encoding="utf-8")))
     assert "--params" in options
     assert ("--no-progress" in options) == (path.stem in PROGRESS)
-    assert 'print(f"error: {err.message}", file=sys.stderr)' in text
-    assert "return err.exit_code" in text
+    assert "return run_stage(body)" in text
     last = tree.body[-1]
     assert isinstance(last, ast.If) and ast.unparse(last) == (
         "if __name__ == '__main__':\n    sys.exit(main(sys.argv[1:]))"
@@ -68,3 +75,15 @@ def test_a_missing_params_file_is_exit_3_with_one_error_line(path, tmp_path, mon
     argv = [*POSITIONAL.get(path.stem, []), "--params", "nope.yaml"]
     assert stage.main(argv) == 3
     assert capsys.readouterr().err.splitlines() == ["error: nope.yaml: file not found"]
+
+
+def test_run_stage_turns_an_error_into_one_line_and_its_code(capsys):
+    from compat.errors import NotFoundError
+    from compat.stage import run_stage
+
+    def fails() -> int:
+        raise NotFoundError("models/v9: not found")
+
+    assert run_stage(fails) == 3
+    assert capsys.readouterr().err == "error: models/v9: not found\n"
+    assert run_stage(lambda: None) == 0 and run_stage(lambda: 7) == 7
