@@ -1,12 +1,20 @@
 """compat: upgrade embedding models without re-embedding the gallery.
 
 Importing the package turns off MLflow's telemetry before anything can import mlflow, so
-nothing phones home whichever entry point (CLI, DVC stage, notebook) loads compat first.
+nothing phones home whichever entry point (CLI, DVC stage, notebook) loads compat first, and
+sets OpenMP's defaults (:mod:`compat.threads`) before torch or faiss can load it.
 """
 
 import os
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+
+# Before torch or faiss can load OpenMP, which reads these once: idle threads sleep instead of
+# spinning, and a process limited to fewer cores than the machine's sizes its pools to them
+# (compat/threads.py; docs/findings.md, "Training beside other work").
+from compat.threads import environment_defaults
+
+environment_defaults()
 
 __version__ = "0.1.0"

@@ -130,13 +130,19 @@ class TrainConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     amp: bool = Field(
         True,
-        description="bf16 autocast: training on CUDA; the frozen parent's forward also on CPUs "
-        "with native bf16 (AVX512-BF16/AMX)",
+        description="bf16 autocast of the model's forward (and the frozen parent's) on CUDA and "
+        "on CPUs with native bf16 (AVX512-BF16/AMX: about 2x faster there, docs/findings.md); "
+        "weights, heads and losses stay float32; elsewhere the CPU trains in float32",
     )
     channels_last: bool = Field(True, description="channels-last memory format (faster convs)")
     deterministic: bool = Field(True, description="deterministic algorithms on the CPU")
     threads: int | None = Field(
-        None, ge=1, le=4096, description="torch CPU threads (default: torch's)"
+        None,
+        ge=1,
+        le=4096,
+        description="CPU threads of this training (default: COMPAT_THREADS, else the cores "
+        "this process may use: its CPU affinity capped by its cgroup's CPU quota; "
+        "compat.threads)",
     )
     embed_batch_size: int = Field(512, ge=1, le=1_000_000)
     checkpoint: bool = Field(True, description="checkpoint every epoch and resume from it")

@@ -3,8 +3,10 @@
 Training images live in memory as one uint8 (N, H, W, C) tensor; each step gathers a batch,
 moves the bytes to the device, shifts them there in one vectorised gather, converts to float and
 runs model -> head -> method. The parent (if the method needs its forward) runs frozen under
-``torch.inference_mode()``. On CUDA the model runs under bf16 autocast; heads and losses compute
-in float32. Channels-last layout is used on both devices (oneDNN's convolutions are ~17% faster
+``torch.inference_mode()``. The model runs under bf16 autocast on CUDA and on CPUs with native
+bf16 (AVX512-BF16 or AMX, :func:`compat.models.parent.cpu_has_fast_bf16`; ``amp: false`` turns it
+off): there oneDNN's bf16 convolutions train the small CNN about twice as fast as float32
+(docs/findings.md, "Training on the CPU"). Heads, losses, weights and optimizer state stay float32. Channels-last layout is used on both devices (oneDNN's convolutions are ~17% faster
 in it on the CPU as well). On the CPU the run is seeded and deterministic, and a run resumed from
 its last per-epoch checkpoint ends with bit-identical weights.
 """
@@ -27,7 +29,8 @@ from compat.errors import BadInputError
 from compat.io import fingerprint as fingerprint_of
 from compat.losses.base import CompatLoss, MethodContext, Step
 from compat.models.heads import Head
-from compat.models.parent import FrozenParent, autocast_for
+from compat.models.parent import FrozenParent, autocast_for, cpu_has_fast_bf16
+from compat.threads import apply_threads
 from compat.train import augment as aug
 from compat.train.checkpoint import (
     flatten_optimizer,
@@ -80,7 +83,7 @@ class Trainee(nn.Module):
         old: torch.Tensor | None,
         index: torch.Tensor | None,
     ) -> dict[str, torch.Tensor]:
-        with autocast_for(x.device, self.amp):
+        with autocast_for(x.device, self.amp, cpu_has_fast_bf16()):
             new = self.model(x)
         new = new.float()  # heads and losses in float32
         head_loss = self.head.loss(new, targets)
@@ -238,8 +241,7 @@ class _Run:
         self.balanced = balanced
         self.parent, self.info, self.ckpt_dir = parent, info, ckpt_dir
         self.device = resolve_device(cfg.device)
-        if cfg.threads is not None:
-            torch.set_num_threads(cfg.threads)
+        apply_threads(cfg.threads)  # COMPAT_THREADS or the cores this process may use
         if cfg.batch_size % info.world_size:
             raise BadInputError(
                 f"batch_size {cfg.batch_size} is not divisible by the {info.world_size} processes"

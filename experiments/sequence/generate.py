@@ -321,6 +321,8 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
         f"{CODE}/compat/functional",
         f"{CODE}/compat/data",
         f"{CODE}/compat/io.py",
+        f"{CODE}/compat/threads.py",
+        f"{CODE}/compat/stage.py",
         "data",
         "splits/${item.split}.json",
     ]
@@ -362,6 +364,8 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
                 f"{CODE}/compat/functional",
                 f"{CODE}/compat/data",
                 f"{CODE}/compat/io.py",
+                f"{CODE}/compat/threads.py",
+                f"{CODE}/compat/stage.py",
                 "data",
                 "splits/eval.json",
                 *[f"models/${{item.method}}-{task}/weights.safetensors" for task in seq.tasks()],
@@ -388,6 +392,8 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
             "summarize.py",
             f"{CODE}/compat/compare",
             f"{CODE}/compat/io.py",
+            f"{CODE}/compat/threads.py",
+            f"{CODE}/compat/stage.py",
             *[f"metrics/{name}/compat.json" for name in seq.sections()],
         ],
         "metrics": [{"metrics/summary.json": {"cache": False}}],
@@ -395,7 +401,12 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
     }
     # Every stage reads images through compat/data and writes JSON through compat/io.py
     # (tests/test_stage_deps.py checks that the deps cover each script's compat imports).
-    data_code = [f"{CODE}/compat/data", f"{CODE}/compat/io.py"]
+    data_code = [
+        f"{CODE}/compat/data",
+        f"{CODE}/compat/io.py",
+        f"{CODE}/compat/threads.py",
+        f"{CODE}/compat/stage.py",
+    ]
     return {
         "stages": {
             "data": {
