@@ -3,10 +3,11 @@
 An ephemeral GX context (no files written, no network) validates pandas frames built from the
 manifests. Two kinds of expectation:
 
-- scenario-independent ones, on every training set and the evaluation set: evaluation classes and
-  items never in training, every referenced item present in the source, unique items,
-  labels among the declared classes and every declared class with an item, and the evaluation
-  set's query/gallery/pair invariants;
+- scenario-independent ones, on every training set and the held-out sets (the evaluation set
+  and, where the split has one, the validation set): evaluation and validation classes never in
+  training, validation classes never in evaluation, evaluation items never in training, every
+  referenced item present in the source, unique items, labels among the declared classes and
+  every declared class with an item, and each held-out set's query/gallery/pair invariants;
 - the scenarios' own, generated from the relations each scenario declares
   (``compat.data.scenarios.Relation``), one translation per relation kind.
 
@@ -215,7 +216,11 @@ def relation_checks(relation: Relation, split: _Split) -> list[Check]:
 
 
 def _frames_and_checks(
-    source: Source, params: SplitParams, manifests: dict[str, TrainManifest], ev: EvalManifest
+    source: Source,
+    params: SplitParams,
+    manifests: dict[str, TrainManifest],
+    ev: EvalManifest,
+    validation: EvalManifest | None = None,
 ) -> tuple[dict[str, Any], list[Check]]:
     """The frames to validate and the expectations a split must meet, from its scenarios."""
     import great_expectations as gx
@@ -285,12 +290,55 @@ def _frames_and_checks(
         for relation in sc.relations():
             checks += relation_checks(relation, split)
 
+    for held_name, held in (("eval", ev), *([("validation", validation)] if validation else [])):
+        held_frames, held_checks = _held_out_checks(held_name, held, present, E)
+        frames.update(held_frames)
+        checks += held_checks
+    if validation is not None:
+        # Validation classes are disjoint from training and from the evaluation set, as the
+        # evaluation classes are from training (compat.data.split.build_validation).
+        val_classes = pd.Series(sorted(set(validation.labels)))
+        for name in manifests:
+            df = frames[f"items:{name}"]
+            df["validation_class"] = _offending(df["label"], val_classes, keep_if_in=True)
+            checks.append(
+                split.check(
+                    name,
+                    "items",
+                    "no validation class in training",
+                    E.ExpectColumnValuesToBeNull(column="validation_class"),
+                )
+            )
+        frames["held:validation"]["eval_class"] = _offending(
+            frames["held:validation"]["label"], eval_classes, keep_if_in=True
+        )
+        checks.append(
+            Check(
+                "validation",
+                "no evaluation class in validation",
+                E.ExpectColumnValuesToBeNull(column="eval_class"),
+                key="held:validation",
+            )
+        )
+    return frames, checks
+
+
+def _held_out_checks(
+    name: str, ev: EvalManifest, present: Callable[[list[str]], list[bool]], E: Any
+) -> tuple[dict[str, Any], list[Check]]:
+    """The frames and expectations of one held-out set (the evaluation set, or the validation
+    set built like it): unique items present in the source, each a query or a gallery item,
+    every mated class in the gallery and no non-mated one, every mated query with a positive,
+    and unique, label-consistent, balanced verification pairs."""
+    import pandas as pd
+
+    frames: dict[str, Any] = {}
     roles = ["other"] * len(ev.items)
     for i in ev.query:
         roles[i] = "query"
     for i in ev.gallery:
         roles[i] = "gallery" if roles[i] == "other" else "both"
-    frames["eval"] = pd.DataFrame(
+    frames[f"held:{name}"] = pd.DataFrame(
         {"item": ev.items, "label": ev.labels, "role": roles, "exists": present(ev.items)}
     )
     nonmated = set(ev.nonmated_classes)
@@ -298,14 +346,14 @@ def _frames_and_checks(
     mated_query = pd.Series(
         [ev.labels[i] for i in ev.query if ev.labels[i] not in nonmated], dtype=object
     )
-    frames["eval-query"] = pd.DataFrame(
+    frames[f"held:{name}-query"] = pd.DataFrame(
         {"no_positive": _offending(mated_query, gallery_labels, keep_if_in=False)}
     )
     gallery = pd.Series([ev.labels[i] for i in ev.gallery], dtype=object)
-    frames["eval-gallery"] = pd.DataFrame(
+    frames[f"held:{name}-gallery"] = pd.DataFrame(
         {"label": gallery, "nonmated": _offending(gallery, ev.nonmated_classes, keep_if_in=True)}
     )
-    frames["eval-pairs"] = pd.DataFrame(
+    frames[f"held:{name}-pairs"] = pd.DataFrame(
         {
             "pair": [f"{a}-{b}" for a, b, _ in ev.pairs],
             "same": [bool(x) for *_, x in ev.pairs],
@@ -313,43 +361,47 @@ def _frames_and_checks(
         }
     )
     mated = len(set(ev.labels)) - len(nonmated)
-    checks += [
-        Check("eval", "items are unique", E.ExpectColumnValuesToBeUnique(column="item")),
-        Check(
-            "eval",
+
+    def held(part: str, description: str, expectation: Any) -> Check:
+        return Check(f"{name}{part}", description, expectation, key=f"held:{name}{part}")
+
+    checks = [
+        held("", "items are unique", E.ExpectColumnValuesToBeUnique(column="item")),
+        held(
+            "",
             "every item exists in the source",
             E.ExpectColumnValuesToBeInSet(column="exists", value_set=[True]),
         ),
-        Check(
-            "eval",
+        held(
+            "",
             "each item is a query or a gallery item, not both",
             E.ExpectColumnValuesToBeInSet(column="role", value_set=["query", "gallery"]),
         ),
-        Check(
-            "eval-gallery",
+        held(
+            "-gallery",
             "every mated class has a gallery item",
             E.ExpectColumnUniqueValueCountToBeBetween(
                 column="label", min_value=mated, max_value=mated
             ),
         ),
-        Check(
-            "eval-gallery",
+        held(
+            "-gallery",
             "no gallery item of a non-mated class",
             E.ExpectColumnValuesToBeNull(column="nonmated"),
         ),
-        Check(
-            "eval-query",
+        held(
+            "-query",
             "every mated query has a positive in the gallery",
             E.ExpectColumnValuesToBeNull(column="no_positive"),
         ),
-        Check("eval-pairs", "pairs are unique", E.ExpectColumnValuesToBeUnique(column="pair")),
-        Check(
-            "eval-pairs",
+        held("-pairs", "pairs are unique", E.ExpectColumnValuesToBeUnique(column="pair")),
+        held(
+            "-pairs",
             "pair flags agree with labels",
             E.ExpectColumnValuesToBeInSet(column="agrees", value_set=[True]),
         ),
-        Check(
-            "eval-pairs",
+        held(
+            "-pairs",
             "pairs are balanced (40-60% same-class)",
             E.ExpectColumnMeanToBeBetween(column="same", min_value=0.4, max_value=0.6),
         ),
@@ -423,10 +475,15 @@ def run_checks(frames: dict[str, Any], checks: list[Check]) -> list[Failure]:
 
 
 def validate_split(
-    source: Source, params: SplitParams, manifests: dict[str, TrainManifest], ev: EvalManifest
+    source: Source,
+    params: SplitParams,
+    manifests: dict[str, TrainManifest],
+    ev: EvalManifest,
+    validation: EvalManifest | None = None,
 ) -> None:
-    """Raise DataValidationError listing every failed expectation of this split."""
-    failures = run_checks(*_frames_and_checks(source, params, manifests, ev))
+    """Raise DataValidationError listing every failed expectation of this split (the
+    validation set's too, when the split has one)."""
+    failures = run_checks(*_frames_and_checks(source, params, manifests, ev, validation))
     if failures:
         lines = "\n  ".join(f.line() for f in failures)
         raise DataValidationError(f"split failed {len(failures)} data expectation(s):\n  {lines}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat.data.expectations import validate_split
+from compat.data.expectations import DataValidationError, validate_split
 from compat.data.scenarios import Chain
 from compat.data.split import (
     EvalSplit,
@@ -30,9 +30,9 @@ def _params(validation: int | None = 8, **kw) -> SplitParams:
 def test_validation_classes_are_disjoint_from_training_and_evaluation(tiny_source):
     params = _params()
     manifests, ev = build_split(tiny_source, params)
-    validate_split(tiny_source, params, manifests, ev)  # the expectations still hold
     va = build_validation(tiny_source, params)
     assert va is not None
+    validate_split(tiny_source, params, manifests, ev, va)  # every expectation holds
     val_classes, eval_classes = set(va.labels), set(ev.labels)
     train_classes = {c for m in manifests.values() for c in m.classes}
     assert len(val_classes) == 8 and len(eval_classes) == 12
@@ -76,3 +76,26 @@ def test_too_many_held_out_classes_name_the_validation_field(tiny_source):
         build_split(tiny_source, _params(validation=27))
     with pytest.raises(ValueError, match="'validation' is reserved"):
         SplitParams(scenarios=[Chain(kind="chain", fractions={"validation": 1.0})])
+
+
+def test_the_validation_set_passes_through_the_held_out_expectations(tiny_source):
+    """The validation set meets the evaluation set's expectations and the disjointness ones:
+    a broken one is named with its frame and the offending values."""
+    params = _params()
+    manifests, ev = build_split(tiny_source, params)
+    va = build_validation(tiny_source, params)
+    leaked = va.labels[va.gallery[0]]  # a validation class put into training
+    v2 = manifests["v2"]
+    item = next(i for i, label in zip(va.items, va.labels, strict=True) if label == leaked)
+    grown = v2.model_copy(
+        update={"items": [*v2.items, item], "labels": [*v2.labels, leaked],
+                "classes": sorted({*v2.classes, leaked})}
+    )  # fmt: skip
+    with pytest.raises(DataValidationError, match=r"\[v2\] no validation class in training"):
+        validate_split(tiny_source, params, {**manifests, "v2": grown}, ev, va)
+    shared = va.model_copy(update={"labels": [ev.labels[0], *va.labels[1:]]})
+    with pytest.raises(DataValidationError, match=r"\[validation\] no evaluation class in"):
+        validate_split(tiny_source, params, manifests, ev, shared)
+    flipped = va.model_copy(update={"pairs": [(a, b, not s) for a, b, s in va.pairs]})
+    with pytest.raises(DataValidationError, match=r"\[validation-pairs\] pair flags agree"):
+        validate_split(tiny_source, params, manifests, ev, flipped)
