@@ -1,10 +1,11 @@
 """Disk cache of evaluation-set embeddings, keyed by what they depend on.
 
 An entry is valid only for the exact key it was made for: the model's weights (sha256), the
-data that was embedded (fingerprint) and the image -> tensor transform (``TRANSFORM_ID``). The
-file name is a digest of the key, but the name is never trusted: the key is stored inside the
-entry and compared on every read, together with a digest of the stored arrays, so a copied,
-renamed, stale or edited file is treated as a miss and recomputed, never used.
+data that was embedded (fingerprint), the image -> tensor transform (``TRANSFORM_ID``) and how
+the model runs (``EMBEDDER_ID``). The file name is a digest of the key, but the name is never
+trusted: the key is stored inside the entry and compared on every read, together with a digest
+of the stored arrays, so a copied, renamed, stale or edited file is treated as a miss and
+recomputed, never used.
 """
 
 from __future__ import annotations
@@ -25,11 +26,18 @@ from compat.errors import CompatError, StorageError
 log = logging.getLogger(__name__)
 
 
+# How a model computes embeddings (compat.embeddings.embed.inference_model): part of every key,
+# so entries computed another way (before BatchNorm was folded into the convolutions: other last
+# bits) are misses, never mixed with new ones.
+EMBEDDER_ID = "conv-bn-folded"
+
+
 @dataclass(frozen=True)
 class CacheKey:
     weights_sha256: str
     data_fingerprint: str
     transform_id: str
+    embedder: str = EMBEDDER_ID
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)

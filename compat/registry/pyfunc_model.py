@@ -34,10 +34,12 @@ class CompatEmbedder(PythonModel):
     """A compat version as an MLflow pyfunc: uint8 images in, L2-normalised embeddings out."""
 
     def load_context(self, context) -> None:
+        from compat.embeddings.embed import inference_model
         from compat.models.version import load_version
 
         folder = Path(context.artifacts["weights"]).parent
-        self.model, self.card = load_version(folder)
+        model, self.card = load_version(folder)
+        self.model = inference_model(model)  # folded once here, not per request
         self.adapter = None
         if "adapter_weights" in context.artifacts:
             from compat.maps import load_map  # its weights' sha256 checked against its card
@@ -80,7 +82,7 @@ class CompatEmbedder(PythonModel):
             raise MlflowException.invalid_parameter_value(
                 f"space {space!r}: expected 'served' (what the gallery is searched with) or 'native'"
             )
-        embeddings = embed_images(self.model, self.images(model_input))
+        embeddings = embed_images(self.model, self.images(model_input), fold=False)
         if self.adapter is not None and space == "served":
             return self.adapter.apply(embeddings)
         return embeddings

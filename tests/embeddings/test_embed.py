@@ -117,6 +117,7 @@ def test_cache_round_trip_and_get_or_compute(tmp_path):
         "weights_sha256": "w1",
         "data_fingerprint": "d1",
         "transform_id": "t1",
+        "embedder": "conv-bn-folded",
     }
     assert second.version == "v1"
 
@@ -170,3 +171,78 @@ def test_cache_files_are_plain_bundles(tmp_path):
     key = CacheKey("w1", "d1", "t1")
     cache.put(key, _bundle())
     assert load_bundle(cache.path(key)).ids == ["a", "b", "c"]
+
+
+def _bn_model():
+    """A small-cnn with BatchNorm statistics and affine weights that are not the identity, so a
+    wrong fold would show."""
+    from compat.models import build_embedding_model
+
+    torch.manual_seed(3)
+    model = build_embedding_model("small-cnn", 16, in_channels=1, image_size=16)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d | nn.BatchNorm1d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    return model
+
+
+def test_inference_model_folds_batchnorm_into_the_convolutions():
+    from compat.embeddings.embed import inference_model
+
+    model = _bn_model().train()
+    folded = inference_model(model)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules())
+    assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules())  # the caller's model
+    assert model.training and not folded.training
+    x = to_tensor(np.random.default_rng(0).integers(0, 256, (9, 16, 16, 1), dtype=np.uint8))
+    with torch.inference_mode():
+        model.eval()
+        np.testing.assert_allclose(folded(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_embeddings_through_the_folded_model_match_the_plain_forward():
+    """The fast path against the slow one: embed_images (folded) against the model's own
+    eval-mode forward, normalised."""
+    model = _bn_model()
+    imgs = np.random.default_rng(1).integers(0, 256, (37, 16, 16, 1), dtype=np.uint8)
+    fast = embed_images(model, imgs, batch_size=8)
+    slow = embed_images(model, imgs, batch_size=8, fold=False)
+    with torch.inference_mode():
+        model.eval()
+        ref = nn.functional.normalize(model(to_tensor(imgs)), dim=1).numpy()
+    np.testing.assert_allclose(slow, ref, atol=1e-6)
+    np.testing.assert_allclose(fast, ref, atol=1e-5)
+
+
+class _Untraceable(nn.Module):
+    """Data-dependent control flow: torch.fx cannot trace it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3, padding=1)
+        self.bn = nn.BatchNorm2d(2)  # a pair to fold, so tracing is tried (and fails)
+
+    def forward(self, x):
+        x = self.bn(self.conv(x)).flatten(1)
+        return x if bool(x.sum() > 0) else -x
+
+
+def test_a_model_fx_cannot_trace_runs_as_it_is():
+    from compat.embeddings.embed import inference_model
+
+    model = _Untraceable()
+    assert inference_model(model) is model
+    imgs = _images()
+    np.testing.assert_array_equal(embed_images(model, imgs), embed_images(model, imgs, fold=False))
+
+
+def test_the_cache_key_names_how_embeddings_were_computed():
+    from compat.embeddings.cache import EMBEDDER_ID
+
+    key = cache_key("ab" * 32, "fp")
+    assert key.embedder == EMBEDDER_ID
+    older = CacheKey("ab" * 32, "fp", TRANSFORM_ID, "unfolded")
+    assert key.digest() != older.digest()  # an entry computed the old way is a miss
