@@ -1,16 +1,19 @@
 """Training beside other work: images/s alone and with another CPU-bound process, side by side.
 
-compat sets ``OMP_WAIT_POLICY=PASSIVE`` (and sizes thread pools to the cores a process may use)
-when it is imported, before torch loads OpenMP (compat/threads.py). This measures why: the same
-training (small-cnn, 32 px, compat's fit loop, one epoch of synthetic images) in a fresh process,
-in two arms:
+The same training (small-cnn, 32 px, compat's fit loop with its defaults, one epoch of
+synthetic images) in a fresh process, in three arms:
 
-- ``compat``: the process imports compat first (compat's defaults);
-- ``torch``: it imports torch first, so OpenMP starts with its own defaults (idle threads spin);
+- ``compat``: the process imports compat first, so compat's defaults apply (compat/cpu.py:
+  threads from the cores the process may use; OpenMP's passive wait where the CPU trains in
+  float32);
+- ``knob``: the same with ``COMPAT_THREADS=1``, what the docs tell a team running two jobs at
+  once on 2 cores (``dvc queue start -j 2``, tests beside a training);
+- ``torch``: the process imports torch first, so OpenMP starts with torch's own defaults;
 
 each alone, beside a busy pure-Python loop (one core's worth of other work), and beside a second
-copy of the same training (``dvc queue start -j 2``, or a test run beside a training). Rounds
-interleave the arms so a drifting host slows both alike. The target (issue 40): with one other
+copy of the same arm's training. Rounds interleave the arms so a drifting host slows all alike.
+Ratios are images/s beside the other work over the ``compat`` arm's images/s alone (what the
+machine gives a training with nothing else running). The target (issue 40): with one other
 CPU-bound process on the machine, training keeps at least 0.4x its speed alone.
 
 Usage: ``python benchmarks/bench_threads.py [--rounds 3] [--images 3072]``
@@ -66,11 +69,17 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"images_per_s": one(), "threads": torch.get_num_threads()}))
 
 
-def _env() -> dict[str, str]:
-    """The caller's environment without any OpenMP or compat thread setting."""
+ARMS = ("compat", "knob", "torch")
+
+
+def _env(arm: str = "compat") -> dict[str, str]:
+    """The caller's environment without any OpenMP or compat thread setting (``knob``: with
+    ``COMPAT_THREADS=1``)."""
     drop = ("OMP_", "GOMP_", "KMP_", "MKL_NUM_THREADS", "COMPAT_THREADS")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if arm == "knob":
+        env["COMPAT_THREADS"] = "1"
     return env
 
 
@@ -84,10 +93,10 @@ def measure(args: argparse.Namespace, arm: str, beside: str) -> tuple[float, int
     if beside == "busy":
         other = subprocess.Popen([sys.executable, "-c", BUSY], env=_env())
     elif beside == "training":
-        other = subprocess.Popen(_cmd(args, arm, loop=True), env=_env())
+        other = subprocess.Popen(_cmd(args, arm, loop=True), env=_env(arm))
         time.sleep(args.settle)  # the other training past its imports and warm-up
     try:
-        out = subprocess.run(_cmd(args, arm), env=_env(), capture_output=True, text=True)
+        out = subprocess.run(_cmd(args, arm), env=_env(arm), capture_output=True, text=True)
     finally:
         if other is not None:
             other.kill()
@@ -111,48 +120,46 @@ def main() -> int:
     if args.child:
         child(args)
         return 0
-    arms, besides = ("compat", "torch"), ("alone", "busy", "training")
-    runs: dict[tuple[str, str], list[float]] = {(a, b): [] for a in arms for b in besides}
+    besides = ("alone", "busy", "training")
+    runs: dict[tuple[str, str], list[float]] = {(a, b): [] for a in ARMS for b in besides}
     threads = {}
     for r in range(args.rounds):
         for beside in besides:
-            order = arms if r % 2 == 0 else arms[::-1]
-            for arm in order:
+            for arm in ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]:
                 ips, threads[arm] = measure(args, arm, beside)
                 runs[arm, beside].append(ips)
                 print(f"round {r + 1}: {arm:>6} {beside:>8}: {ips:7.0f} images/s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in runs.items()}
+    base = med["compat", "alone"]
     print(
         f"\nsmall-cnn 32 px, {args.images} images, one epoch; {os.cpu_count()} cores; median of "
-        f"{args.rounds} rounds (images/s), ratio = beside / alone of the same arm"
+        f"{args.rounds} rounds (images/s); ratio = images/s over compat's alone ({base:.0f})"
     )
-    print(
-        f"{'arm':<8}{'threads':>8}{'alone':>9}{'busy':>9}{'ratio':>7}{'training':>10}{'ratio':>7}"
-    )
+    head = f"{'arm':<8}{'threads':>8}{'alone':>8}{'ratio':>7}{'busy':>8}{'ratio':>7}"
+    print(head + f"{'training':>10}{'ratio':>7}")
     report: dict = {"config": vars(args), "arms": {}}
-    for arm in arms:
-        alone = med[arm, "alone"]
-        busy, train = med[arm, "busy"] / alone, med[arm, "training"] / alone
+    for arm in ARMS:
+        ratio = {b: med[arm, b] / base for b in besides}
         print(
-            f"{arm:<8}{threads[arm]:>8}{alone:>9.0f}{med[arm, 'busy']:>9.0f}{busy:>7.2f}"
-            f"{med[arm, 'training']:>10.0f}{train:>7.2f}"
+            f"{arm:<8}{threads[arm]:>8}{med[arm, 'alone']:>8.0f}{ratio['alone']:>7.2f}"
+            f"{med[arm, 'busy']:>8.0f}{ratio['busy']:>7.2f}"
+            f"{med[arm, 'training']:>10.0f}{ratio['training']:>7.2f}"
         )
         report["arms"][arm] = {
             "threads": threads[arm],
             "images_per_s": {b: med[arm, b] for b in besides},
-            "ratio_busy": busy,
-            "ratio_training": train,
+            "ratio": ratio,
         }
-    ok = report["arms"]["compat"]["ratio_busy"] >= TARGET
-    speed = med["compat", "alone"] / med["torch", "alone"]
+    best = max(ARMS, key=lambda a: report["arms"][a]["ratio"]["busy"])
+    ok = {a: report["arms"][a]["ratio"]["busy"] >= TARGET for a in ARMS}
     print(
-        f"\ncompat's defaults alone: {speed:.2f}x torch's. Beside one CPU-bound process: "
-        f"{report['arms']['compat']['ratio_busy']:.2f}x alone (target >= {TARGET}): "
-        f"{'ok' if ok else 'MISSED'}"
+        f"\nbeside one CPU-bound process (target >= {TARGET}x alone): "
+        + ", ".join(f"{a} {report['arms'][a]['ratio']['busy']:.2f}x" for a in ARMS)
+        + f"; best: {best}"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    return 0 if ok else 1
+    return 0 if ok["compat"] or ok["knob"] else 1
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ FLOORS: list[set[str]] = [
         "files",
         "catalog",
         "names",
-        "threads",
+        "cpu",
     },  # the ground floor ("compat": __init__.py)
 ]
 GROUND = FLOORS[-1]

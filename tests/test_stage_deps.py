@@ -31,7 +31,7 @@ COMPAT = REPO / "compat"
 # stage needs to list them (listing them would re-run every stage for an edited error message).
 ALLOWLIST = {
     # Sets environment defaults before any heavy import: MLflow's telemetry off (no output
-    # depends on it) and compat.threads' OpenMP defaults, a module checked here like any other.
+    # depends on it) and compat.cpu' OpenMP defaults, a module checked here like any other.
     "compat/__init__.py",
     # Exception classes and their exit codes: they decide how a stage fails, never what it writes.
     "compat/errors.py",
@@ -176,7 +176,7 @@ def compat_closure(script: Path) -> set[Path]:
     Of an allowlisted module only the module-level imports are followed (what any importer
     runs): compat/params.py imports every section's model inside ``load_params`` (the whole-file
     check no stage runs), and following that would make every stage "depend" on every config
-    model; compat/__init__.py imports compat.threads at module level, so every stage runs it.
+    model; compat/__init__.py imports compat.cpu at module level, so every stage runs it.
     """
     seen: set[Path] = set()
     todo = [script]
@@ -270,5 +270,5 @@ def test_module_level_imports_of_an_allowlisted_module_are_followed():
     """compat/__init__.py is allowlisted, but what it imports at module level runs in every
     stage: the closure of any stage script holds it."""
     closure = compat_closure(REPO / "stages" / "data.py")
-    assert COMPAT / "threads.py" in closure
+    assert COMPAT / "cpu.py" in closure
     assert COMPAT / "__init__.py" in closure

@@ -8,7 +8,6 @@ a GPU), and embeddings of un-augmented training images are computed once per run
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,20 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compat.cpu import cpu_has_fast_bf16
 from compat.models.card import ModelCard
 from compat.models.heads import Head
-
-
-@functools.cache
-def cpu_has_fast_bf16() -> bool:
-    """True when the CPU computes bf16 natively (AVX512-BF16 or AMX), where oneDNN's bf16
-    convolutions run about twice as fast as float32; elsewhere CPU bf16 is emulated and slower."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def autocast_for(

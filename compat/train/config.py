@@ -142,7 +142,7 @@ class TrainConfig(BaseModel):
         le=4096,
         description="CPU threads of this training (default: COMPAT_THREADS, else the cores "
         "this process may use: its CPU affinity capped by its cgroup's CPU quota; "
-        "compat.threads)",
+        "compat.cpu)",
     )
     embed_batch_size: int = Field(512, ge=1, le=1_000_000)
     checkpoint: bool = Field(True, description="checkpoint every epoch and resume from it")

@@ -4,7 +4,7 @@ Training images live in memory as one uint8 (N, H, W, C) tensor; each step gathe
 moves the bytes to the device, shifts them there in one vectorised gather, converts to float and
 runs model -> head -> method. The parent (if the method needs its forward) runs frozen under
 ``torch.inference_mode()``. The model runs under bf16 autocast on CUDA and on CPUs with native
-bf16 (AVX512-BF16 or AMX, :func:`compat.models.parent.cpu_has_fast_bf16`; ``amp: false`` turns it
+bf16 (AVX512-BF16 or AMX, :func:`compat.cpu.cpu_has_fast_bf16`; ``amp: false`` turns it
 off): there oneDNN's bf16 convolutions train the small CNN about twice as fast as float32
 (docs/findings.md, "Training on the CPU"). Heads, losses, weights and optimizer state stay float32. Channels-last layout is used on both devices (oneDNN's convolutions are ~17% faster
 in it on the CPU as well). On the CPU the run is seeded and deterministic, and a run resumed from
@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from compat.cpu import apply_threads, cpu_has_fast_bf16
 from compat.errors import BadInputError
 from compat.io import fingerprint as fingerprint_of
 from compat.losses.base import CompatLoss, MethodContext, Step
 from compat.models.heads import Head
-from compat.models.parent import FrozenParent, autocast_for, cpu_has_fast_bf16
-from compat.threads import apply_threads
+from compat.models.parent import FrozenParent, autocast_for
 from compat.train import augment as aug
 from compat.train.checkpoint import (
     flatten_optimizer,

@@ -321,7 +321,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
         f"{CODE}/compat/functional",
         f"{CODE}/compat/data",
         f"{CODE}/compat/io.py",
-        f"{CODE}/compat/threads.py",
+        f"{CODE}/compat/cpu.py",
         f"{CODE}/compat/stage.py",
         "data",
         "splits/${item.split}.json",
@@ -364,7 +364,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
                 f"{CODE}/compat/functional",
                 f"{CODE}/compat/data",
                 f"{CODE}/compat/io.py",
-                f"{CODE}/compat/threads.py",
+                f"{CODE}/compat/cpu.py",
                 f"{CODE}/compat/stage.py",
                 "data",
                 "splits/eval.json",
@@ -392,7 +392,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
             "summarize.py",
             f"{CODE}/compat/compare",
             f"{CODE}/compat/io.py",
-            f"{CODE}/compat/threads.py",
+            f"{CODE}/compat/cpu.py",
             f"{CODE}/compat/stage.py",
             *[f"metrics/{name}/compat.json" for name in seq.sections()],
         ],
@@ -404,7 +404,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
     data_code = [
         f"{CODE}/compat/data",
         f"{CODE}/compat/io.py",
-        f"{CODE}/compat/threads.py",
+        f"{CODE}/compat/cpu.py",
         f"{CODE}/compat/stage.py",
     ]
     return {

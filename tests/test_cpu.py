@@ -1,4 +1,4 @@
-"""compat.threads: the cores a process may use, COMPAT_THREADS, and OpenMP's defaults."""
+"""compat.cpu: native bf16, the cores a process may use, COMPAT_THREADS, OpenMP's defaults."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compat import threads
+from compat import cpu as threads
 from compat.errors import UsageError
 
 
@@ -65,16 +65,18 @@ def test_environment_defaults_keep_what_the_user_set(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     env: dict[str, str] = {}
-    threads.environment_defaults(env, _cgroup(tmp_path))
-    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}  # unrestricted: the libraries' own count
+    threads.environment_defaults(env, _cgroup(tmp_path), fast_bf16=True)
+    assert env == {}  # unrestricted, native bf16: the libraries' own count and wait policy
+    threads.environment_defaults(env, tmp_path, fast_bf16=False)
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}  # float32 kernels: idle threads sleep
     env = {"OMP_WAIT_POLICY": "ACTIVE", "COMPAT_THREADS": "1"}
-    threads.environment_defaults(env, tmp_path)
+    threads.environment_defaults(env, tmp_path, fast_bf16=False)
     assert env["OMP_WAIT_POLICY"] == "ACTIVE" and env["OMP_NUM_THREADS"] == "1"
     env = {"OMP_NUM_THREADS": "2", "COMPAT_THREADS": "1"}
-    threads.environment_defaults(env, tmp_path)
+    threads.environment_defaults(env, tmp_path, fast_bf16=True)
     assert env["OMP_NUM_THREADS"] == "2"  # the user's own OpenMP setting wins
     env = {"COMPAT_THREADS": "lots"}
-    threads.environment_defaults(env, tmp_path)  # importing never fails; commands report it
+    threads.environment_defaults(env, tmp_path, fast_bf16=True)  # importing never fails
     assert "OMP_NUM_THREADS" not in env
 
 
@@ -82,8 +84,32 @@ def test_environment_defaults_follow_a_restriction(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     env: dict[str, str] = {}
-    threads.environment_defaults(env, _cgroup(tmp_path, "200000 100000"))
-    assert env["OMP_NUM_THREADS"] == "2"
+    threads.environment_defaults(env, _cgroup(tmp_path, "200000 100000"), fast_bf16=True)
+    assert env == {"OMP_NUM_THREADS": "2"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "fast"),
+    [("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16 amx_tile", True), ("fpu avx2", False)],
+)
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, fast):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor : 0\nflags : {flags}\n")
+    assert threads.cpu_has_fast_bf16(info) is fast
+    assert threads.cpu_has_fast_bf16(tmp_path / "missing") is False
+
+
+def test_cpu_threads_takes_compat_threads_then_omp_num_threads(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.delenv("COMPAT_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads.cpu_threads(_cgroup(tmp_path)) == 3
+    for omp, n in (("2", 2), ("1,1", 1), ("zero", 3), ("0", 3)):
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+        assert threads.cpu_threads(tmp_path) == n, omp
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("COMPAT_THREADS", "1")
+    assert threads.cpu_threads(tmp_path) == 1
 
 
 def test_apply_threads_sizes_torch(monkeypatch):
@@ -105,10 +131,10 @@ def _one_core() -> None:
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
 def test_a_process_pinned_to_one_core_runs_torch_on_one_thread():
     """The real thing: a process started on one core (as ``taskset -c 0`` does) that imports
-    compat before torch gets one OpenMP thread and sleeping idle threads."""
+    compat before torch gets one OpenMP thread, and the wait policy measured for its CPU."""
     code = (
         "import os, compat, torch; "
-        "print(os.environ['OMP_WAIT_POLICY'], os.environ.get('OMP_NUM_THREADS'), "
+        "print(os.environ.get('OMP_WAIT_POLICY', 'unset'), os.environ.get('OMP_NUM_THREADS'), "
         "torch.get_num_threads())"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "COMPAT_THREADS"))}
@@ -121,6 +147,6 @@ def test_a_process_pinned_to_one_core_runs_torch_on_one_thread():
         check=True,
     )
     policy, omp, torch_threads = r.stdout.split()
-    assert policy == "PASSIVE"
+    assert policy == ("unset" if threads.cpu_has_fast_bf16() else "PASSIVE")
     if (os.cpu_count() or 1) > 1:
         assert omp == "1" and torch_threads == "1"
