@@ -24,6 +24,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from compat.errors import UsageError
+
 T = TypeVar("T")
 
 ENGINES = ("local", "ray")
@@ -83,8 +85,12 @@ class RayEngine:
     def __init__(
         self, psi_path: Path, sha256: str, device: str = "cpu", in_flight: int | None = None
     ) -> None:
-        import ray
-
+        try:
+            import ray
+        except ImportError:
+            raise UsageError(
+                "--engine ray needs Ray, an optional dependency: pip install 'compat[ray]'"
+            ) from None
         if not ray.is_initialized():
             # RAY_ADDRESS names a cluster; without it a local runtime starts (and stops at exit).
             ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,

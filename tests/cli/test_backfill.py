@@ -146,3 +146,13 @@ def test_refused_psi_upgrades_nothing_and_writes_nothing(proj):
     accepted = cli(*BASE, "--no-progress", "--allow-refused", "--json")
     assert accepted.exit_code == 0 and json.loads(accepted.stdout)["written"] is False
     assert not (proj / "g2.npz").exists()
+
+
+def test_engine_ray_without_ray_installed_is_a_usage_error_naming_the_extra(proj, monkeypatch):
+    """Ray is an optional dependency (``pip install 'compat[ray]'``): without it, one line and
+    exit 2, nothing written."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    _one_line_error(cli(*BASE, "--engine", "ray"), 2, "pip install 'compat[ray]'")
+    assert not Path("g2.npz").exists()
