@@ -159,6 +159,8 @@ def _machine(env: dict[str, Any]) -> str:
         parts.append(f"torch {env['torch']}")
     if env.get("threads"):
         parts.append(f"{env['threads']} threads")
+    if env.get("native_bf16") is not None:  # recorded since issue 40
+        parts.append("trained in bf16 (native)" if env["native_bf16"] else "trained in float32")
     return ", ".join(parts)
 
 

@@ -2,8 +2,8 @@
 
 Training and embedding on the CPU are bit-for-bit reproducible on one machine but not across
 processors (docs/findings.md, "Determinism"), so a metrics file names the processor, the torch
-build, the kernels torch picked and the thread count that produced it; the README's generated
-numbers say which machine they come from.
+build, the kernels torch picked, the thread count and whether the CPU has native bf16 (where
+compat trains in bf16); the README's generated numbers say which machine they come from.
 """
 
 from __future__ import annotations
@@ -25,9 +25,14 @@ def cpu_name() -> str | None:
 
 
 def machine_facts(device: str | None = None) -> dict[str, Any]:
-    """``{cpu, arch, torch, numpy, threads, cpu_capability, device}`` of this process."""
+    """``{cpu, arch, torch, numpy, threads, cpu_capability, native_bf16, device}`` of this
+    process. ``native_bf16``: the CPU computes bf16 natively, so compat trains there under bf16
+    autocast (:mod:`compat.cpu`; float32 elsewhere), which moves a training's numbers more than
+    its last bits."""
     import numpy as np
     import torch
+
+    from compat.cpu import cpu_has_fast_bf16
 
     try:
         capability = torch.backends.cpu.get_cpu_capability()
@@ -40,6 +45,7 @@ def machine_facts(device: str | None = None) -> dict[str, Any]:
         "numpy": np.__version__,
         "threads": torch.get_num_threads(),
         "cpu_capability": capability,
+        "native_bf16": cpu_has_fast_bf16(),
         "device": device,
     }
 

@@ -81,3 +81,15 @@ def test_one_heat_map_drawn_in_both_styles(tmp_path):
     (w1, h1), (w2, h2) = Image.open(one_row).size, Image.open(wrapped).size
     assert w1 > 3 * h1  # five panels side by side
     assert w2 <= 1000 and h2 > 0.6 * w2  # three a row, then a second row
+
+
+def test_the_machine_record_names_whether_training_ran_in_bf16():
+    """metrics/compat.json's environment says which CPU, torch, threads and whether the CPU has
+    native bf16 (where compat trains in bf16): numbers of two such machines differ by more than
+    last bits, and the README says which produced them."""
+    from compat.cpu import cpu_has_fast_bf16
+    from compat.evaluate.environment import machine_facts
+
+    facts = machine_facts("cpu")
+    assert facts["native_bf16"] is cpu_has_fast_bf16()
+    assert {"cpu", "torch", "threads", "cpu_capability", "device"} <= set(facts)
