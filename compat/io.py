@@ -1,5 +1,8 @@
 """Small file helpers: nothing is ever half-written (temporary file in the same folder + rename).
 
+Durable too: the temporary file is flushed to disk (``fsync``) before the rename and its folder
+after it, so a write survives a power loss or an OS crash, not only a killed process.
+
 The temporary file is named ``.<name>.<pid>.<random>.tmp``: a process killed before its rename
 leaves one behind, and the next write into the same folder removes it once the pid that made it
 is gone (a live writer's file is left alone). The renamed file gets the mode a plain ``open`` would
@@ -164,6 +167,32 @@ def storage_errors(path: str | os.PathLike[str], need: int | None = None) -> Ite
         raise full from None
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Flush ``path``'s data to its disk (``fsync``): a rename after this cannot leave the new
+    name pointing at an empty or partial file after a power loss or an OS crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries (a rename or a new file in it) to disk. Where a folder cannot be
+    opened for this (not POSIX), there is nothing to flush it with: skipped."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP):  # a file system without folder fsync
+            raise
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str], size: int | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
@@ -189,7 +218,9 @@ def atomic_path(path: str | os.PathLike[str], size: int | None = None) -> Iterat
         except FileNotFoundError:
             mode = 0o666 & ~current_umask()
         os.chmod(tmp_path, mode)
+        fsync_file(tmp_path)  # the bytes on disk before the name points at them
         os.replace(tmp_path, target)
+        fsync_dir(target.parent)  # the rename itself survives a power loss
     except OSError as err:
         if storage_errno(err) is None:
             raise

@@ -4,10 +4,12 @@ is one line naming the path and the bytes; scratch folders never outlive their p
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +197,30 @@ def test_a_killed_processes_scratch_folder_is_removed_by_the_next(tmp_path):
     rerun = "from compat.io import scratch_dir\nwith scratch_dir('emb'):\n    pass\n"
     subprocess.run([sys.executable, "-c", rerun], env=env, check=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, mine.name])
+
+
+def test_a_write_is_flushed_to_disk_before_and_after_its_rename(tmp_path, monkeypatch):
+    """fsync of the temporary file's data, then the rename, then fsync of the folder: what a
+    power loss cannot undo (a killed process alone would not need it)."""
+    from compat import io
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(a, b):
+        events.append(("replace", str(b)))
+        real_replace(a, b)
+
+    monkeypatch.setattr(io.os, "fsync", fsync)
+    monkeypatch.setattr(io.os, "replace", replace)
+    target = tmp_path / "out.json"
+    io.write_json(target, {"a": 1})
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["fsync", "replace", "fsync"]
+    assert Path(events[0][1]).name.startswith(".out.json.") and events[0][1].endswith(".tmp")
+    assert events[1][1] == str(target) and events[2][1] == str(tmp_path)
+    assert json.loads(target.read_text()) == {"a": 1}
