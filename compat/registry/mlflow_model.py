@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from compat.errors import InfrastructureError
 from compat.io import scratch_dir
 from compat.models.card import ModelCard
 from compat.registry.integrity import folder_digests
@@ -80,14 +81,23 @@ def build_model_folder(
     served_dim = None
     if adapter is not None:
         served_dim = check_adapter(adapter, card)
-        artifacts["adapter_weights"] = str(adapter / "weights.safetensors")
-        artifacts["adapter_card"] = str(adapter / "card.json")
 
     with scratch_dir("code") as tmp, warnings.catch_warnings():
         # MLflow suggests an input example; the signature already says what goes in.
         warnings.filterwarnings("ignore", message=".*input example.*")
         code = Path(tmp) / "compat"
         shutil.copytree(PACKAGE, code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if adapter is not None:
+            # The adapter's files have the version's own names; MLflow before 3.16 saved every
+            # artifact as artifacts/<file name>, so one would overwrite the other. Distinct
+            # names in, the names compat reads back out (below).
+            for key, name in (
+                ("adapter_weights", "weights.safetensors"),
+                ("adapter_card", "card.json"),
+            ):
+                staged = Path(tmp) / f"{key}-{name}"
+                shutil.copy2(adapter / name, staged)
+                artifacts[key] = str(staged)
         mlflow.pyfunc.save_model(
             path=str(dst),
             python_model=str(CODE_FILE),
@@ -102,15 +112,28 @@ def build_model_folder(
     for key, info in model.flavors["python_function"]["artifacts"].items():
         saved = dst / info["path"]
         sub = "adapter/" if key.startswith("adapter_") else ""  # its own weights and card
+        name = saved.name.removeprefix(f"{key}-")
         (dst / sub).mkdir(exist_ok=True)
-        saved.replace(dst / sub / saved.name)
-        info["path"] = sub + saved.name
+        saved.replace(dst / sub / name)
+        info["path"] = sub + name
     shutil.rmtree(dst / "artifacts")
     # The model checks its own input (pyfunc_model.py: one line naming the shape expected);
     # MLflow's enforcement would print the whole array before its reason. MLflow skips it for
-    # a model that validates its input itself, which the MLmodel says with this flag; the
-    # schema is still declared, shown and served.
+    # a model that validates its input itself, which the MLmodel records as
+    # `is_signature_from_type_hint: true`; the schema is still declared, shown and served.
+    # A documented reason for a private attribute: MLflow has no public switch for this (its
+    # public MLFLOW_DISABLE_SCHEMA_DETAILS env var only shortens the message, and only in the
+    # process that sets it, not in a user's server). A release that renames it fails here with
+    # one line, not silently; tests/registry/test_mlflow_model.py checks the served error.
     if model.signature is not None:
+        if not hasattr(type(model.signature), "_is_signature_from_type_hint"):
+            from importlib.metadata import version as installed
+
+            raise InfrastructureError(
+                f"mlflow {installed('mlflow')}: ModelSignature has no "
+                "_is_signature_from_type_hint; "
+                "compat cannot mark the model as validating its own input with this release"
+            )
         model.signature._is_signature_from_type_hint = True
     model.save(str(dst / "MLmodel"))
     for name in FILES[2:]:

@@ -13,12 +13,16 @@ reads them from the three backends compat supports, in one snapshot per command:
 - an ``http(s)://`` MLflow server: its REST API (``/api/2.0/mlflow/...``), with the bounded
   timeout MLflow's own client is given (``MLFLOW_HTTP_REQUEST_TIMEOUT``, no retries).
 
-The SQL reads MLflow's tables directly, so it is tied to their schema: the database's
-``alembic_version`` must be one of :data:`KNOWN_SCHEMAS` (the schema of the mlflow this
-project pins; ``tests/registry/test_reader.py`` fails when an mlflow upgrade moves it), else
-InfrastructureError (exit 5) naming the file. Every other URI (``databricks``, ``mysql://``,
-``file:``) is read through MLflow (:func:`open_registry`). The answers equal
-``MlflowClient``'s; the same test compares them on a registry written by the normal path.
+The SQL reads MLflow's tables directly, so it is tied to their schema: it reads a database
+whose ``alembic_version`` is one of :data:`KNOWN_SCHEMAS` (every revision of the MLflow releases
+compat supports, 3.9 to 3.18; the registry tables changed once in between, when they gained a
+``workspace`` column), and :func:`open_registry` hands any other database to MLflow's own client:
+correct first, fast where it can be. A revision MLflow cannot read either gets MLflow's own advice
+(``mlflow db upgrade``) in one line, exit 5. Every other URI (``databricks``, ``mysql://``,
+``file:``) is read through MLflow too. The answers equal ``MlflowClient``'s:
+``tests/registry/test_reader.py`` compares them on a registry written by the normal path, with
+the installed MLflow, and ``tests/registry/test_mlflow_releases.py`` (slow) with the oldest and
+the newest release of pyproject.toml's range.
 """
 
 from __future__ import annotations
@@ -49,12 +53,48 @@ from compat.registry.store import (
 )
 from compat.registry.uris import first_line
 
-# MLflow schema revisions (alembic_version.version_num) whose tables this reader knows: the
-# columns read below exist with these meanings, and every row has a ``workspace``.
-KNOWN_SCHEMAS = ("dc11669786a5",)  # mlflow 3.17
+# MLflow schema revisions (alembic_version.version_num) whose registry tables this reader
+# knows, in migration order, each with whether those tables carry a ``workspace`` column. Every
+# revision from mlflow 3.9.0's head (d3e4f5a6b7c8, the oldest release compat supports) to mlflow
+# 3.18.0's (f4a9b2c7d1e6): between them, of the four tables read below (registered_models,
+# model_versions, model_version_tags, registered_model_aliases), only 1b5f0d9ad7c1 changed
+# anything the SQL reads (it added ``workspace``; 7d34483879f0 only indexes it), read off 3.18's
+# migration scripts. A database at any other revision is read through MLflow's own client
+# (open_registry). tests/registry/test_mlflow_releases.py (slow) runs the reader against the
+# oldest and the newest release of the declared range.
+SCHEMA_REVISIONS: tuple[tuple[str, bool], ...] = (
+    ("d3e4f5a6b7c8", False),  # mlflow 3.9
+    ("d0e1f2a3b4c5", False),
+    ("c8d9e0f1a2b3", False),
+    ("1b5f0d9ad7c1", True),  # mlflow 3.10: workspace columns
+    ("e1f2a3b4c5d6", True),
+    ("76601a5f987d", True),
+    ("c3d6457b6d8a", True),  # mlflow 3.11
+    ("a5b4c3d2e1f0", True),
+    ("ae8bbe7743c9", True),
+    ("7d34483879f0", True),  # mlflow 3.12
+    ("da6fb0208061", True),
+    ("89d3d66ed43f", True),
+    ("b7e4c1a90f23", True),
+    ("a8b9c0d1e2f3", True),
+    ("c1d2e3f4a5b6", True),
+    ("c3d9e7f1a2b4", True),
+    ("6f8d9c3b2a1e", True),
+    ("1971f2d9a75b", True),
+    ("17e22815139b", True),
+    ("b7e2c1a4d9f3", True),
+    ("75868b020152", True),
+    ("dc11669786a5", True),  # mlflow 3.17
+    ("e7d1f4b2a9c6", True),
+    ("8b6ad64cb8f5", True),
+    ("f4a9b2c7d1e6", True),  # mlflow 3.18
+)
+KNOWN_SCHEMAS = tuple(revision for revision, _ in SCHEMA_REVISIONS)
+_WORKSPACE = dict(SCHEMA_REVISIONS)
 WORKSPACE = "default"  # MLflow's workspace when workspaces are not enabled
 DELETED = "Deleted_Internal"  # a version MLflow is deleting: never listed
 REST_PAGE = 1000
+_UNREAD = object()  # no database file to read a schema revision from
 POSTGRES_SCHEMES = ("postgresql://", "postgresql+", "postgres://")
 
 
@@ -78,9 +118,11 @@ def fast_readable(uri: str) -> bool:
 
 def open_registry(uri: str | None, root: str | os.PathLike[str] = "registry") -> Registry:
     """The registry a read-only command reads: :class:`RegistryReader` for the backends it
-    speaks, else MLflow's (``Registry(read_only=True)``)."""
+    speaks at a schema it knows, else MLflow's own client (``Registry(read_only=True)``):
+    correct first (MLflow reads what its release wrote, or says ``mlflow db upgrade``), fast
+    where the reader can be."""
     reader = RegistryReader(uri=uri, root=root)
-    if fast_readable(reader.uri):
+    if fast_readable(reader.uri) and reader.knows_schema():
         return reader
     return Registry(uri=uri, root=root, read_only=True)
 
@@ -138,6 +180,40 @@ class RegistryReader(Registry):
         raise InfrastructureError(f"registry {self.safe_uri}: {fn}: the registry is read-only")
 
     # --- reads ------------------------------------------------------------------------------
+
+    def knows_schema(self) -> bool:
+        """Whether the database's MLflow schema revision is one of :data:`KNOWN_SCHEMAS` (an
+        http(s) server: always, its REST API is stable). A database that cannot be read, or is
+        not there, counts as known: the reader then reports it as it does today."""
+        if self.uri.startswith(("http://", "https://")):
+            return True
+        try:
+            revision = self._revision()
+        except Exception:  # unreachable, damaged, missing: the snapshot names what is wrong
+            return True
+        return revision is _UNREAD or revision in KNOWN_SCHEMAS
+
+    def _revision(self) -> object:
+        """The database's ``alembic_version``, None without one, :data:`_UNREAD` where there is
+        no database to read."""
+        if self.uri.startswith(POSTGRES_SCHEMES):
+            from compat.registry.shared import CONNECT_TIMEOUT_S, plain_url, psycopg_module
+
+            psycopg = psycopg_module()
+            with psycopg.connect(plain_url(self.uri), connect_timeout=CONNECT_TIMEOUT_S) as con:
+                row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+                return row[0] if row else None
+        import sqlite3
+
+        db = self.root / "mlflow.db" if self.is_local else check_sqlite_folder(self.uri)
+        if db is None or not os.path.isfile(db):
+            return _UNREAD
+        con = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=5)
+        try:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+            return row[0] if row else None
+        finally:
+            con.close()
 
     def snapshot(self) -> Snapshot:
         """The registered model, its versions and aliases, read once per reader."""
@@ -227,33 +303,36 @@ def _record(
 
 # --- SQL: SQLite and PostgreSQL ---------------------------------------------------------------
 
-_MODEL = "SELECT 1 FROM registered_models WHERE name = ? AND workspace = ?"
+# ``{ws}``: `` AND workspace = ?`` where the schema has workspaces, else nothing.
+_MODEL = "SELECT 1 FROM registered_models WHERE name = ?{ws}"
 _VERSIONS = (
     "SELECT version, run_id, source, description, creation_time FROM model_versions "
-    "WHERE name = ? AND workspace = ? AND (current_stage IS NULL OR current_stage != ?) "
-    "ORDER BY version"
+    "WHERE name = ?{ws} AND (current_stage IS NULL OR current_stage != ?) ORDER BY version"
 )
-_TAGS = 'SELECT version, "key", value FROM model_version_tags WHERE name = ? AND workspace = ?'
-_ALIASES = "SELECT alias, version FROM registered_model_aliases WHERE name = ? AND workspace = ?"
+_TAGS = 'SELECT version, "key", value FROM model_version_tags WHERE name = ?{ws}'
+_ALIASES = "SELECT alias, version FROM registered_model_aliases WHERE name = ?{ws}"
 
 
-def _query(con: Any, model: str, mark: str = "?") -> Snapshot:
+def _query(con: Any, model: str, mark: str = "?", workspace: bool = True) -> Snapshot:
     """The snapshot from a DB-API connection to MLflow's tables (``mark``: the driver's
-    parameter placeholder)."""
+    parameter placeholder; ``workspace``: whether the schema's rows carry MLflow's workspace,
+    always the default one here)."""
+    where = (model, WORKSPACE) if workspace else (model,)
 
     def rows(sql: str, *params: Any) -> list[Any]:
+        sql = sql.format(ws=" AND workspace = ?" if workspace else "")
         return list(con.execute(sql.replace("?", mark), params).fetchall())
 
-    if not rows(_MODEL, model, WORKSPACE):
+    if not rows(_MODEL, *where):
         return Snapshot()
     tags: dict[int, dict[str, str]] = {}
-    for version, key, value in rows(_TAGS, model, WORKSPACE):
+    for version, key, value in rows(_TAGS, *where):
         tags.setdefault(int(version), {})[key] = value if value is not None else ""
     versions = [
         _record(v, run_id, source, description, created, tags.get(int(v), {}))
-        for v, run_id, source, description, created in rows(_VERSIONS, model, WORKSPACE, DELETED)
+        for v, run_id, source, description, created in rows(_VERSIONS, *where, DELETED)
     ]
-    aliases = {alias: str(v) for alias, v in rows(_ALIASES, model, WORKSPACE)}
+    aliases = {alias: str(v) for alias, v in rows(_ALIASES, *where)}
     return Snapshot(exists=True, versions=versions, aliases=aliases)
 
 
@@ -263,7 +342,7 @@ def _schema_problem(revision: str | None, where: str) -> InfrastructureError | N
     found = "no alembic_version" if revision is None else f"schema revision {revision}"
     return InfrastructureError(
         f"{where}: {found}, not an MLflow schema compat's registry reader knows "
-        f"({', '.join(KNOWN_SCHEMAS)}); use the mlflow version compat pins (mlflow db upgrade)"
+        "(the MLflow releases pyproject.toml allows); mlflow db upgrade, or the MLflow that wrote it"
     )
 
 
@@ -303,10 +382,11 @@ def _sqlite_snapshot(reader: RegistryReader) -> Snapshot:
                     if "no such table" not in str(err):
                         raise
                     row = None
-                problem = _schema_problem(row[0] if row else None, str(db))
+                revision = row[0] if row else None
+                problem = _schema_problem(revision, str(db))
                 if problem is not None:
                     raise problem
-                snap = _query(con, reader.model)
+                snap = _query(con, reader.model, workspace=_WORKSPACE[revision])
                 if reader.is_local:
                     artifacts = (reader.root / "artifacts").as_uri()
                     _repoint(snap, stale_location(con, artifacts), artifacts)
@@ -335,9 +415,9 @@ def _repoint(snap: Snapshot, old: str | None, new: str) -> None:
 
 def _postgres_snapshot(reader: RegistryReader) -> Snapshot:
     """Read MLflow's tables in the PostgreSQL database the tracking URI names."""
-    import psycopg
+    from compat.registry.shared import CONNECT_TIMEOUT_S, plain_url, psycopg_module
 
-    from compat.registry.shared import CONNECT_TIMEOUT_S, plain_url
+    psycopg = psycopg_module()
 
     try:
         with psycopg.connect(plain_url(reader.uri), connect_timeout=CONNECT_TIMEOUT_S) as con:
@@ -346,10 +426,11 @@ def _postgres_snapshot(reader: RegistryReader) -> Snapshot:
             except psycopg.errors.UndefinedTable:
                 con.rollback()
                 row = None
-            problem = _schema_problem(row[0] if row else None, f"registry {reader.safe_uri}")
+            revision = row[0] if row else None
+            problem = _schema_problem(revision, f"registry {reader.safe_uri}")
             if problem is not None:
                 raise problem
-            return _query(con, reader.model, "%s")
+            return _query(con, reader.model, "%s", workspace=_WORKSPACE[revision])
     except CompatError:
         raise
     except psycopg.Error as err:

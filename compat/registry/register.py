@@ -85,6 +85,18 @@ def _flat_params(card: ModelCard | EmbeddingsCard) -> dict[str, str]:
     return out
 
 
+PARAMS_PER_BATCH = 100  # MLflow's log_batch takes at most 100 params a call
+
+
+def _log_params(reg: Registry, run_id: str, params: dict[str, str]) -> None:
+    """The card's params in ``log_batch`` calls (one request per 100, not one per param)."""
+    from mlflow.entities import Param
+
+    items = [Param(key, value) for key, value in params.items()]
+    for i in range(0, len(items), PARAMS_PER_BATCH):
+        reg.call("log_batch", run_id, params=items[i : i + PARAMS_PER_BATCH])
+
+
 def register(
     reg: Registry,
     version: str,
@@ -195,8 +207,7 @@ def _create(
     )
     run_id = run.info.run_id
     try:
-        for key, value in _flat_params(card).items():
-            reg.call("log_param", run_id, key, value)
+        _log_params(reg, run_id, _flat_params(card))
         if kind == "model":
             log_dataset(reg, run_id, training_dataset(card))
             log_training(reg, run_id, Path(models_dir) / version, window[1] if window else None)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from compat.errors import InfrastructureError
+from compat.errors import InfrastructureError, UsageError
 from compat.registry.promotions import Ledger, checked_record
 from compat.registry.uris import first_line, mask
 
@@ -40,12 +40,25 @@ def redacted(url: str) -> str:
     return mask(url)
 
 
+def psycopg_module() -> Any:
+    """:mod:`psycopg`, the PostgreSQL driver of a shared registry: an optional dependency
+    (``pip install 'compat[shared]'``); without it, one line naming the extra (exit 2)."""
+    try:
+        import psycopg
+    except ImportError:
+        raise UsageError(
+            "a shared registry on PostgreSQL needs psycopg, an optional dependency: "
+            "pip install 'compat[shared]'"
+        ) from None
+    return psycopg
+
+
 def check_reachable(url: str) -> None:
     """Connect once to the PostgreSQL database at ``url`` within ``CONNECT_TIMEOUT_S``; an
     InfrastructureError (exit 5) naming it (password hidden) if that fails. MLflow's own
     engine retries a refused connection ten times with backoff (about 100 s of warnings), so a
     tracking URI naming a database is tried here first."""
-    import psycopg
+    psycopg = psycopg_module()
 
     try:
         psycopg.connect(plain_url(url), connect_timeout=CONNECT_TIMEOUT_S).close()
@@ -91,7 +104,7 @@ class PostgresLedger(Ledger):
         )
 
     def _connect(self) -> Any:
-        import psycopg
+        psycopg = psycopg_module()
 
         try:
             return psycopg.connect(
@@ -116,7 +129,7 @@ class PostgresLedger(Ledger):
 
     @contextlib.contextmanager
     def lock(self, timeout: float = 120.0) -> Iterator[None]:
-        import psycopg
+        psycopg = psycopg_module()
 
         conn = self._connect()
         try:
@@ -145,7 +158,7 @@ class PostgresLedger(Ledger):
             conn.close()  # closing the session releases its advisory lock
 
     def lines(self) -> list[dict[str, Any]]:
-        import psycopg
+        psycopg = psycopg_module()
 
         with self._conn() as conn:
             try:
@@ -160,7 +173,7 @@ class PostgresLedger(Ledger):
         return [checked_record(r[0], f"{self.where} row {n}") for n, r in enumerate(rows, start=1)]
 
     def append(self, entry: dict[str, Any]) -> None:
-        import psycopg
+        psycopg = psycopg_module()
         from psycopg.types.json import Jsonb
 
         with self._conn() as conn:

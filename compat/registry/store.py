@@ -21,6 +21,7 @@ import contextlib
 import errno
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,9 @@ class Registry:
         except CompatError:  # already one line naming what is wrong (a damaged store)
             raise
         except Exception as err:  # MLflow raises many types for "cannot reach the store"
+            schema = _schema_advice(err)
+            if schema is not None:
+                raise InfrastructureError(f"registry {self.safe_uri}: {schema}") from None
             raise InfrastructureError(
                 f"registry {self.safe_uri} is unreachable: {_short(err)}"
             ) from None
@@ -435,6 +439,28 @@ def _set_uris(mlflow: Any, uri: str) -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+_SCHEMA = re.compile(r"found version (\w+), but expected (\w+)")
+
+
+def _schema_advice(err: BaseException) -> str | None:
+    """MLflow's refusal of a database at a schema revision it does not read, as one line with
+    MLflow's own advice (``mlflow db upgrade``), or None for any other error."""
+    text = str(err)
+    if "database schema" not in text and "Can't locate revision" not in text:
+        return None
+    from importlib.metadata import version as installed
+
+    found = _SCHEMA.search(text)
+    revisions = (
+        f"revision {found.group(1)}; this MLflow's is {found.group(2)}" if found else _short(err)
+    )
+    return (
+        f"MLflow {installed('mlflow')} cannot read this database's schema ({revisions}): take a "
+        "backup, then run 'mlflow db upgrade <database_uri>', or use the MLflow release that "
+        "wrote it"
+    )
 
 
 def tag_key(*parts: str) -> str:

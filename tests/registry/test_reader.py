@@ -148,20 +148,26 @@ def test_a_dry_run_serves_a_read_only_registry(project, read_only):  # noqa: F81
     assert snapshot(folder) == before
 
 
-def test_a_store_of_an_unknown_schema_is_refused_naming_it(project):
+def test_a_schema_no_installed_mlflow_reads_gets_mlflows_advice_in_one_line(project):
+    """A registry at a revision neither the reader nor this MLflow knows (one a newer MLflow
+    wrote, say) is handed to MLflow, whose refusal is one line with its own advice (exit 5),
+    the database untouched; a database with no schema table at all likewise."""
     project.register("v1", noise=1.5, seed=1)
     db = project.root / "registry" / "mlflow.db"
     with sqlite3.connect(db) as con:
         con.execute("UPDATE alembic_version SET version_num = 'f00dfeedbeef'")
+    before = db.read_bytes()
     for args in (["versions"], ["show", "v1"], ["chain", "v1"], ["log"], ["verify"]):
         r = cli(*args)
         assert r.exit_code == 5, (args, r.output)
         [line] = r.stderr.splitlines()
-        assert line.startswith(f"error: {db}: schema revision f00dfeedbeef"), line
+        assert line.startswith(f"error: registry sqlite:///{db}: MLflow "), line
+        assert "revision f00dfeedbeef" in line and "mlflow db upgrade" in line, line
+    assert db.read_bytes() == before
     with sqlite3.connect(db) as con:
         con.execute("DROP TABLE alembic_version")
     r = cli("versions")
-    assert r.exit_code == 5 and f"{db}: no alembic_version" in r.stderr, r.output
+    assert r.exit_code == 5 and len(r.stderr.splitlines()) == 1, r.output
 
 
 def test_the_known_schema_is_the_installed_mlflow_schema():
@@ -200,3 +206,17 @@ def test_a_copied_store_names_its_own_artifacts(project, tmp_path_factory, monke
     assert shown["source"].startswith((copy / "registry" / "artifacts").as_uri() + "/")
     assert (copy / "registry" / "mlflow.db").read_bytes() == before  # re-pointed in memory
     assert Path(shown["source"].removeprefix("file://")).is_dir()
+
+
+def test_a_schema_the_reader_does_not_know_is_read_through_mlflow(project, monkeypatch):
+    """A database at a revision outside KNOWN_SCHEMAS (another MLflow release's) is read by
+    MLflow's own client: the same answers and the same --json, only slower."""
+    import compat.registry.reader as reader_module
+
+    _story(project)
+    monkeypatch.setattr(reader_module, "KNOWN_SCHEMAS", ())
+    fallback = open_registry(None)
+    assert not isinstance(fallback, RegistryReader)
+    _same_answers(fallback, Registry(read_only=True))
+    fast = [cli(*args) for args in READ_COMMANDS]
+    assert all(r.exit_code in (0, 1) for r in fast), [r.output for r in fast]

@@ -69,3 +69,26 @@ def test_matrix_tables_hold_every_protocol_of_the_versions_judged(tmp_path):
     for path in heatmaps(m, tmp_path):
         width, _ = Image.open(path).size
         assert width <= 1000, (path.name, width)  # legible at MLflow's artifact-view width
+
+
+def test_the_table_tag_has_the_shape_log_table_writes(tmp_path):
+    """run_page writes its verdict tables as files and sets ``mlflow.loggedArtifacts`` itself
+    (log_table's read-modify-write of the file races); the tag must stay what MLflow's own
+    log_table records, or the UI stops showing the tables: checked against this MLflow."""
+    import json
+
+    from mlflow import MlflowClient
+
+    from compat.registry.run_page import FOLDER, log_verdict_pages
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")
+    exp = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
+    ours, theirs = (client.create_run(exp).info.run_id for _ in range(2))
+    client.log_table(theirs, {"a": [1, 2]}, f"{FOLDER}/checks.json")
+    reg = SimpleNamespace(call=lambda fn, *a, **k: getattr(client, fn)(*a, **k))
+    log_verdict_pages(reg, ours, _verdict(), "v1", None)
+    want = json.loads(client.get_run(theirs).data.tags["mlflow.loggedArtifacts"])
+    got = json.loads(client.get_run(ours).data.tags["mlflow.loggedArtifacts"])
+    assert {"path": f"{FOLDER}/checks.json", "type": "table"} in got
+    assert want == [{"path": f"{FOLDER}/checks.json", "type": "table"}]
+    assert all(set(entry) == set(want[0]) for entry in got)

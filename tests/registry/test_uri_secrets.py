@@ -184,3 +184,21 @@ def test_the_gate_report_and_the_log_record_hide_the_password(project, monkeypat
         if p.is_file() and SECRET.encode() in p.read_bytes()
     ]
     assert leaked == []
+
+
+def test_a_postgres_registry_without_psycopg_names_the_extra(monkeypatch):
+    """psycopg is the ``shared`` extra: a read command pointed at PostgreSQL without it is one
+    line and exit 2 naming ``pip install 'compat[shared]'``, never an ImportError."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from compat.cli.main import app
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://u:secret@127.0.0.1:1/db")
+    r = CliRunner().invoke(app, ["versions"])
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "pip install 'compat[shared]'" in lines[0], r.output
+    assert "secret" not in r.output
