@@ -2,9 +2,13 @@
 
 Writes ``splits/<name>.json`` for every training set the scenarios in params.yaml ``split`` name,
 ``splits/eval.json``, and with ``split.validation`` ``splits/validation.json`` (classes disjoint
-from both, for choices made before the evaluation set is looked at). Data expectations (Great Expectations) run before anything is written;
-a violation fails the stage with the list of failed expectations.
-Usage: ``python stages/split.py [--params params.yaml]``.
+from both, for choices made before the evaluation set is looked at). The data expectations
+(Great Expectations, docs/data-expectations.md) run before any split is written: the suite goes
+to ``gx/expectations/split.json``, the validation result to
+``gx/uncommitted/validations/split.json`` and its Data Docs to ``gx/uncommitted/data_docs/``,
+also when an expectation fails; then the stage fails (exit 4) listing the failed expectations.
+Usage: ``python stages/split.py [--params params.yaml] [--suite-only]``; ``--suite-only`` writes
+the suite alone (no data read), to refresh the committed suite after the code changed.
 """
 
 from __future__ import annotations
@@ -24,10 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     """Run the stage; ``argv`` None (an in-process caller) means no arguments: the defaults."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default=PARAMS_FILE)
+    parser.add_argument(
+        "--suite-only", action="store_true", help="write gx/expectations/split.json and stop"
+    )
     args = parser.parse_args([] if argv is None else argv)
 
     def body() -> int:
-        from compat.data.expectations import validate_split
+        from compat.data.expectations import (
+            DOCS_FILE,
+            OUTPUTS,
+            DataValidationError,
+            validate_split,
+            write_validation,
+        )
         from compat.data.sources import open_source
         from compat.data.split import SplitParams, build_split, build_validation, write_split
 
@@ -36,17 +49,38 @@ def main(argv: list[str] | None = None) -> int:
         config = read_section(
             args.params, "split", SplitParams, default=SplitParams(), sections=PARAMS_SECTIONS
         )
+        if args.suite_only:
+            from compat.data.expectations import SUITE_FILE
+            from compat.data.suite import build_suite, suite_text
+            from compat.io import write_text
+
+            try:
+                path = inside(SUITE_FILE, ".")
+            except ValueError as err:
+                raise BadInputError(f"split: output {err}") from None
+            write_text(path, suite_text(build_suite(config)))
+            print(f"split: wrote {SUITE_FILE}")
+            return 0
         source = open_source("data/source.json")
         manifests, eval_manifest = build_split(source, config)
         validation = build_validation(source, config)
-        validate_split(source, config, manifests, eval_manifest, validation)
         out = Path("splits")
         names = [*manifests, "eval", *(["validation"] if validation is not None else [])]
-        for name in names:  # a symlinked splits/ or splits/<name>.json must not lead outside
+        # A symlinked splits/ or gx/ (or a file in them) must not lead outside.
+        for path in [*(out / f"{name}.json" for name in names), *map(Path, OUTPUTS)]:
             try:
-                inside(out / f"{name}.json", ".")
+                inside(path, ".")
             except ValueError as err:
                 raise BadInputError(f"split: output {err}") from None
+        try:
+            run = validate_split(source, config, manifests, eval_manifest, validation)
+        except DataValidationError as err:
+            if err.validation is not None:  # what failed, kept for a person to read
+                write_validation(err.validation)
+                raise DataValidationError(f"{err}\n  Data Docs: {DOCS_FILE}") from None
+            raise
+        write_validation(run)
+        print(f"split: {len(run.result['results'])} data expectations met (Data Docs: {DOCS_FILE})")
         shutil.rmtree(out, ignore_errors=True)  # a renamed training set must not leave a stale file
         try:
             write_split(out, manifests, eval_manifest, validation)

@@ -9,8 +9,9 @@ parent's class indices as a prefix (the fixed d-Simplex head relies on that).
 Each scenario also *declares* what its training sets promise, as data: ``relations()`` returns
 typed ``Relation`` objects (sets disjoint, nested or equal in classes or items, class-order
 prefixes, class counts, items per class, replay memory). The split's data expectations are
-generated from these declarations, one translation per relation kind
-(``compat.data.expectations``), so a scenario states its contract once, next to ``assign``.
+generated from these declarations, one translation per relation kind (``compat.data.suite``,
+validated by ``compat.data.expectations``), so a scenario states its contract once, next to
+``assign``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Share(BaseModel):
 
     fraction: float = Field(1.0, gt=0.0, le=1.0)
     spare: int = Field(0, ge=0)
-    most: int | None = Field(None, ge=1)
+    most: int | None = Field(None, ge=0)  # 0: none (a replay memory of 0 images)
     rest: bool = False
 
     def of(self, n: int) -> int:

@@ -423,7 +423,13 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
                     "data",
                 ],
                 "params": ["split"],
-                "outs": ["splits"],
+                # the data expectations: validation result and Data Docs, and the suite
+                # (generated from the split params, committed like metrics)
+                "outs": [
+                    "splits",
+                    "gx/uncommitted",
+                    {"gx/expectations/split.json": {"cache": False}},
+                ],
             },
             # Task 1 has no parent, so it cannot share the stage that depends on one.
             "train-first": train_stage(first, parent=False),

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat.data import expectations as X
-from compat.data.expectations import Check, DataValidationError, run_checks, validate_split
+from compat.data.expectations import DataValidationError, validate_split
 from compat.data.scenarios import (
     Chain,
     ClassCount,
@@ -141,9 +140,11 @@ def test_declared_relations_hold_on_a_real_split(tiny_source, scenario):
 
 
 def test_every_relation_kind_has_a_translation():
+    from compat.data import suite
+
     kinds = set(Relation.__subclasses__())
     assert kinds == {Disjoint, Subset, Equal, ClassPrefix, ClassCount, ItemsPerClass, Replay}
-    assert kinds <= set(X._TRANSLATIONS)
+    assert kinds <= set(suite._TRANSLATIONS)
 
 
 def test_relations_are_params_like():
@@ -242,7 +243,11 @@ TAMPERS = [
     (_tamper_equal_items, "[id-old] same items as id-new (identical-data): 1 unexpected"),
     (_tamper_equal_classes, "[t2 classes] same classes as t2-all (cumulative): 1 unexpected"),
     (_tamper_prefix, "[ec-old classes] class order a prefix of ec-new's (extended-class)"),
-    (_tamper_share_count, "[oc-old classes] 7 classes: 30% (at least 1 left out) of the pool's 24"),
+    (
+        _tamper_share_count,
+        "[oc-old classes] 30% (at least 1 left out) of the pool's classes (open-class): "
+        "observed 8, expected 7 of 24",
+    ),
     (_tamper_exact_count, "[t1 classes] 4 classes (incremental): observed 3"),
     (_tamper_items_per_class, "[od-old classes] 30% (at least 1 left out) of each class's items"),
     (_tamper_replay_count, "[t3 classes] replays 2 items of each of t2's classes"),
@@ -287,20 +292,31 @@ def test_an_expectation_that_cannot_run_is_an_error_not_a_data_failure():
     import great_expectations as gx
     import pandas as pd
 
-    frames = {"f": pd.DataFrame({"x": [1, 2]})}
-    checks = [
-        Check("f", "fine", gx.expectations.ExpectColumnValuesToBeUnique(column="x")),
-        Check("f", "broken", gx.expectations.ExpectColumnValuesToBeNull(column="missing")),
-    ]
-    with pytest.raises(RuntimeError, match="'broken' on f could not run"):
-        run_checks(frames, checks)
+    from compat.data.expectations import failures_of, run_suite
+    from compat.data.suite import context, expect
+
+    context()
+    suite = gx.ExpectationSuite(
+        name="s",
+        expectations=[
+            expect("f", "fine", gx.expectations.ExpectColumnValuesToBeUnique(column="x")),
+            expect("f", "broken", gx.expectations.ExpectColumnValuesToBeNull(column="missing")),
+        ],
+    )
+    result = run_suite(pd.DataFrame({"x": [1, 2]}), suite)
+    with pytest.raises(RuntimeError, match=r"'\[f\] broken' on f could not run"):
+        failures_of(result)
 
 
 def test_training_set_names_that_look_like_frame_names(tiny_source):
-    # A training set may be called like the evaluation frames or like another set's class frame
-    # (as far as names that become paths allow: no spaces, so "v2 classes" itself cannot be one).
+    # A training set may be called like a held-out set's part, another set's class list or the
+    # source (as far as names that become paths allow: no spaces, so "v2 classes" itself cannot
+    # be one): the frame tells rows apart by their kind, not by the set's name.
     params = SplitParams(
-        eval=EVAL, scenarios=[Chain(kind="chain", fractions={"eval-pairs": 0.5, "v2-classes": 1.0})]
+        eval=EVAL,
+        scenarios=[
+            Chain(kind="chain", fractions={"eval-pairs": 0.3, "v2-classes": 0.6, "source": 1.0})
+        ],
     )
     manifests, ev = build_split(tiny_source, params)
     validate_split(tiny_source, params, manifests, ev)

@@ -91,7 +91,9 @@ def test_the_validation_set_passes_through_the_held_out_expectations(tiny_source
         update={"items": [*v2.items, item], "labels": [*v2.labels, leaked],
                 "classes": sorted({*v2.classes, leaked})}
     )  # fmt: skip
-    with pytest.raises(DataValidationError, match=r"\[v2\] no validation class in training"):
+    with pytest.raises(
+        DataValidationError, match=r"\[training sets\] no validation class in training"
+    ):
         validate_split(tiny_source, params, {**manifests, "v2": grown}, ev, va)
     shared = va.model_copy(update={"labels": [ev.labels[0], *va.labels[1:]]})
     with pytest.raises(DataValidationError, match=r"\[validation\] no evaluation class in"):

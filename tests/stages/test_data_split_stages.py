@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+GX = Path("gx")
 
 PARAMS = """
 data:
@@ -49,8 +50,34 @@ def test_data_then_split(tmp_path: Path):
     v2 = json.loads((tmp_path / "splits/v2.json").read_text())
     assert len(v2["classes"]) == 20 and v2["source_fingerprint"]
     first = (tmp_path / "splits/eval.json").read_bytes()
+    # The data expectations' suite, result and Data Docs (docs/data-expectations.md).
+    kept = [GX / "expectations/split.json", GX / "uncommitted/validations/split.json"]
+    kept += [
+        GX / "uncommitted/data_docs/index.html",
+        GX / "uncommitted/data_docs/expectations.html",
+    ]
+    outputs = {p: (tmp_path / p).read_bytes() for p in kept}
+    assert json.loads(outputs[kept[1]])["success"]
+    assert "data expectations met" in r.stdout
     assert _run("split", tmp_path).returncode == 0
     assert (tmp_path / "splits/eval.json").read_bytes() == first
+    # a second run writes the same bytes: DVC sees no change
+    assert {p: (tmp_path / p).read_bytes() for p in kept} == outputs
+
+
+def test_suite_only_writes_the_suite_without_data(tmp_path: Path):
+    """``--suite-only`` refreshes the committed suite: no data read, no split written."""
+    (tmp_path / "params.yaml").write_text(PARAMS.format(cache=tmp_path / "cache"))
+    r = subprocess.run(
+        [sys.executable, str(REPO / "stages" / "split.py"), "--suite-only"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    suite = json.loads((tmp_path / GX / "expectations/split.json").read_text())
+    assert suite["name"] == "split" and suite["expectations"]
+    assert not (tmp_path / "splits").exists() and not (tmp_path / GX / "uncommitted").exists()
 
 
 def test_bad_params_fail_with_exit_4_and_one_line(tmp_path: Path):
@@ -98,3 +125,41 @@ def test_split_stage_writes_the_validation_set(in_tmp: Path, capsys):
     val = set(splits["validation"]["labels"])
     assert not val & set(splits["eval"]["labels"]) and not val & set(splits["v2"]["classes"])
     assert len(splits["v2"]["classes"]) == 30 - 10 - 6
+
+
+def test_a_failed_expectation_stops_the_split_with_exit_4(in_tmp: Path, capsys, monkeypatch):
+    """In process: a split breaking an expectation writes no manifest, exits 4 naming the
+    expectation and the offending rows, and keeps the result and its Data Docs to read."""
+    import importlib.util
+
+    import yaml
+
+    import compat.data.split as split_module
+    from compat.data.config import EmbeddedData
+    from compat.data.sources import build_source
+
+    build_source(
+        EmbeddedData(classes=30, images_per_class=4, size=16, workers=1, cache=str(in_tmp / "c")),
+        in_tmp / "data",
+    )
+    (in_tmp / "params.yaml").write_text(yaml.safe_dump(yaml.safe_load(PARAMS.format(cache="c"))))
+    build = split_module.build_split
+
+    def broken(source, params):  # v1 names an image the source does not hold
+        manifests, ev = build(source, params)
+        manifests["v1"].items[0] = "ghost/000"
+        return manifests, ev
+
+    monkeypatch.setattr(split_module, "build_split", broken)
+    spec = importlib.util.spec_from_file_location("split_stage", REPO / "stages" / "split.py")
+    stage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage)
+    assert stage.main([]) == 4
+    err = capsys.readouterr().err
+    assert (
+        "[training sets] every item exists in the source: 1 unexpected, e.g. ['ghost/000']" in err
+    )
+    assert "Data Docs: gx/uncommitted/data_docs/index.html" in err
+    assert not (in_tmp / "splits").exists()
+    result = json.loads((in_tmp / GX / "uncommitted/validations/split.json").read_text())
+    assert not result["success"]
