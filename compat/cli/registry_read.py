@@ -113,6 +113,9 @@ def show_cmd(
         "dim": output.as_int(rec.tags.get("compat.dim")),
         "checks": checks_from_tags(rec.tags),
         "verdict_kind": rec.tags.get("compat.verdict.kind") or None,
+        "verdict_passed": {"true": True, "false": False}.get(
+            rec.tags.get("compat.verdict.passed", "")
+        ),
         "gain": gains_from_tags(rec.tags),
         "tags": rec.tags,
         "description": rec.description,

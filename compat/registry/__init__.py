@@ -11,6 +11,9 @@ One concept per module (importing this package loads nothing):
   read through a re-pointed scratch copy
 * :mod:`compat.registry.reader`       the read-only registry the read commands use without
   mlflow: sqlite3, psycopg, the REST API
+* :mod:`compat.registry.mlflow_tables` MLflow's registry tables as the reader's SQL reads them: the
+  schema revisions compat knows, the queries, the snapshot
+* :mod:`compat.registry.reader_rest`   the same read from an MLflow server's REST API
 * :mod:`compat.registry.uris`         credentials hidden in every URI printed or recorded
 * :mod:`compat.registry.register`     ``compat register``: a version's run and its registered
   model version

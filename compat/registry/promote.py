@@ -204,6 +204,7 @@ def promote(
     if facts.serve is not None:
         verdict.serve = facts.serve
     report = _report(reg, verdict, contract_path, against, dry_run)
+    report["kind"] = "rollback" if is_rollback else "promotion"
     if is_rollback:
         report["rollback"] = {"from": against, "serve": served}
     report.update(
@@ -228,6 +229,7 @@ def promote(
     record_verdict(
         reg, rec, verdict, report, blob,
         evaluation=facts.manifest, evaluation_where=str(paths.eval_manifest),
+        keep_status=was_production(reg, rec),
     )  # fmt: skip
     if verdict.passed:
         outcome.moved = _move_production(
@@ -236,6 +238,17 @@ def promote(
     else:
         outcome.warnings += _drift_now(reg)
     return outcome
+
+
+def was_production(reg: Registry, rec: VersionRecord) -> bool:
+    """Whether ``rec`` is or was production: its status says so, or the promotion log holds a
+    committed move to it. Its status then stays ``promoted`` whatever a later gate says (a failed
+    re-gate or rollback never rewrites the history of a version that served)."""
+    if rec.status == "promoted":
+        return True
+    return any(
+        p.get("state") == "committed" and p.get("to") == rec.name for p in reg.ledger().promotions()
+    )
 
 
 def _drift_now(reg: Registry) -> list[str]:
@@ -343,7 +356,7 @@ def _promote_root(
     if dry_run:
         outcome.warnings += _drift_now(reg)
     else:
-        record_verdict(reg, rec, verdict, report, blob)
+        record_verdict(reg, rec, verdict, report, blob, keep_status=was_production(reg, rec))
         outcome.moved = _move_production(reg, rec, against, report, outcome)
     return outcome
 
@@ -358,4 +371,5 @@ __all__ = [
     "rollback_galleries",
     "rolls_back",
     "served_since",
+    "was_production",
 ]

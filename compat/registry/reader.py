@@ -27,14 +27,10 @@ the newest release of pyproject.toml's range.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote
 
 from compat.errors import CompatError, InfrastructureError, NotFoundError
 from compat.registry.embedded import (
@@ -43,6 +39,14 @@ from compat.registry.embedded import (
     readable_uri,
     stale_location,
 )
+from compat.registry.mlflow_tables import (
+    HAS_WORKSPACE,
+    KNOWN_SCHEMAS,
+    Snapshot,
+    query_snapshot,
+    schema_problem,
+)
+from compat.registry.reader_rest import RestSource
 from compat.registry.store import (
     DEFAULT_MODEL,
     PRODUCTION,
@@ -53,58 +57,8 @@ from compat.registry.store import (
 )
 from compat.registry.uris import first_line
 
-# MLflow schema revisions (alembic_version.version_num) whose registry tables this reader
-# knows, in migration order, each with whether those tables carry a ``workspace`` column. Every
-# revision from mlflow 3.9.0's head (d3e4f5a6b7c8, the oldest release compat supports) to mlflow
-# 3.18.0's (f4a9b2c7d1e6): between them, of the four tables read below (registered_models,
-# model_versions, model_version_tags, registered_model_aliases), only 1b5f0d9ad7c1 changed
-# anything the SQL reads (it added ``workspace``; 7d34483879f0 only indexes it), read off 3.18's
-# migration scripts. A database at any other revision is read through MLflow's own client
-# (open_registry). tests/registry/test_mlflow_releases.py (slow) runs the reader against the
-# oldest and the newest release of the declared range.
-SCHEMA_REVISIONS: tuple[tuple[str, bool], ...] = (
-    ("d3e4f5a6b7c8", False),  # mlflow 3.9
-    ("d0e1f2a3b4c5", False),
-    ("c8d9e0f1a2b3", False),
-    ("1b5f0d9ad7c1", True),  # mlflow 3.10: workspace columns
-    ("e1f2a3b4c5d6", True),
-    ("76601a5f987d", True),
-    ("c3d6457b6d8a", True),  # mlflow 3.11
-    ("a5b4c3d2e1f0", True),
-    ("ae8bbe7743c9", True),
-    ("7d34483879f0", True),  # mlflow 3.12
-    ("da6fb0208061", True),
-    ("89d3d66ed43f", True),
-    ("b7e4c1a90f23", True),
-    ("a8b9c0d1e2f3", True),
-    ("c1d2e3f4a5b6", True),
-    ("c3d9e7f1a2b4", True),
-    ("6f8d9c3b2a1e", True),
-    ("1971f2d9a75b", True),
-    ("17e22815139b", True),
-    ("b7e2c1a4d9f3", True),
-    ("75868b020152", True),
-    ("dc11669786a5", True),  # mlflow 3.17
-    ("e7d1f4b2a9c6", True),
-    ("8b6ad64cb8f5", True),
-    ("f4a9b2c7d1e6", True),  # mlflow 3.18
-)
-KNOWN_SCHEMAS = tuple(revision for revision, _ in SCHEMA_REVISIONS)
-_WORKSPACE = dict(SCHEMA_REVISIONS)
-WORKSPACE = "default"  # MLflow's workspace when workspaces are not enabled
-DELETED = "Deleted_Internal"  # a version MLflow is deleting: never listed
-REST_PAGE = 1000
 _UNREAD = object()  # no database file to read a schema revision from
 POSTGRES_SCHEMES = ("postgresql://", "postgresql+", "postgres://")
-
-
-@dataclass
-class Snapshot:
-    """The registered model as one read saw it."""
-
-    exists: bool = False
-    versions: list[VersionRecord] = field(default_factory=list)  # MLflow version order
-    aliases: dict[str, str] = field(default_factory=dict)  # alias -> MLflow version
 
 
 def fast_readable(uri: str) -> bool:
@@ -219,7 +173,7 @@ class RegistryReader(Registry):
         """The registered model, its versions and aliases, read once per reader."""
         if self._snapshot is None:
             if self.uri.startswith(("http://", "https://")):
-                self._snapshot = _RestSource(self).read()
+                self._snapshot = RestSource(self).read()
             elif self.uri.startswith(POSTGRES_SCHEMES):
                 self._snapshot = _postgres_snapshot(self)
             else:
@@ -266,7 +220,7 @@ class RegistryReader(Registry):
         if not run_id or not self.uri.startswith(("http://", "https://")):
             return None
         try:
-            body = _RestSource(self).get("runs/get", {"run_id": run_id})
+            body = RestSource(self).get("runs/get", {"run_id": run_id})
             experiment = body["run"]["info"]["experiment_id"]
         except (CompatError, KeyError, TypeError):  # a link is a courtesy
             return None
@@ -283,66 +237,6 @@ def _copy(rec: VersionRecord) -> VersionRecord:
         description=rec.description,
         aliases=list(rec.aliases),
         created=rec.created,
-    )
-
-
-def _record(
-    version: Any, run_id: Any, source: Any, description: Any, created: Any, tags: dict[str, str]
-) -> VersionRecord:
-    """A version as :meth:`Registry._record` makes it from MLflow's entity."""
-    return VersionRecord(
-        name=tags.get(VERSION_TAG, f"mlflow-{version}"),
-        mlflow_version=str(version),
-        run_id=run_id or None,
-        source=source or "",
-        tags=tags,
-        description=description or "",
-        created=int(created or 0),
-    )
-
-
-# --- SQL: SQLite and PostgreSQL ---------------------------------------------------------------
-
-# ``{ws}``: `` AND workspace = ?`` where the schema has workspaces, else nothing.
-_MODEL = "SELECT 1 FROM registered_models WHERE name = ?{ws}"
-_VERSIONS = (
-    "SELECT version, run_id, source, description, creation_time FROM model_versions "
-    "WHERE name = ?{ws} AND (current_stage IS NULL OR current_stage != ?) ORDER BY version"
-)
-_TAGS = 'SELECT version, "key", value FROM model_version_tags WHERE name = ?{ws}'
-_ALIASES = "SELECT alias, version FROM registered_model_aliases WHERE name = ?{ws}"
-
-
-def _query(con: Any, model: str, mark: str = "?", workspace: bool = True) -> Snapshot:
-    """The snapshot from a DB-API connection to MLflow's tables (``mark``: the driver's
-    parameter placeholder; ``workspace``: whether the schema's rows carry MLflow's workspace,
-    always the default one here)."""
-    where = (model, WORKSPACE) if workspace else (model,)
-
-    def rows(sql: str, *params: Any) -> list[Any]:
-        sql = sql.format(ws=" AND workspace = ?" if workspace else "")
-        return list(con.execute(sql.replace("?", mark), params).fetchall())
-
-    if not rows(_MODEL, *where):
-        return Snapshot()
-    tags: dict[int, dict[str, str]] = {}
-    for version, key, value in rows(_TAGS, *where):
-        tags.setdefault(int(version), {})[key] = value if value is not None else ""
-    versions = [
-        _record(v, run_id, source, description, created, tags.get(int(v), {}))
-        for v, run_id, source, description, created in rows(_VERSIONS, *where, DELETED)
-    ]
-    aliases = {alias: str(v) for alias, v in rows(_ALIASES, *where)}
-    return Snapshot(exists=True, versions=versions, aliases=aliases)
-
-
-def _schema_problem(revision: str | None, where: str) -> InfrastructureError | None:
-    if revision in KNOWN_SCHEMAS:
-        return None
-    found = "no alembic_version" if revision is None else f"schema revision {revision}"
-    return InfrastructureError(
-        f"{where}: {found}, not an MLflow schema compat's registry reader knows "
-        "(the MLflow releases pyproject.toml allows); mlflow db upgrade, or the MLflow that wrote it"
     )
 
 
@@ -383,10 +277,10 @@ def _sqlite_snapshot(reader: RegistryReader) -> Snapshot:
                         raise
                     row = None
                 revision = row[0] if row else None
-                problem = _schema_problem(revision, str(db))
+                problem = schema_problem(revision, str(db))
                 if problem is not None:
                     raise problem
-                snap = _query(con, reader.model, workspace=_WORKSPACE[revision])
+                snap = query_snapshot(con, reader.model, workspace=HAS_WORKSPACE[revision])
                 if reader.is_local:
                     artifacts = (reader.root / "artifacts").as_uri()
                     _repoint(snap, stale_location(con, artifacts), artifacts)
@@ -427,123 +321,16 @@ def _postgres_snapshot(reader: RegistryReader) -> Snapshot:
                 con.rollback()
                 row = None
             revision = row[0] if row else None
-            problem = _schema_problem(revision, f"registry {reader.safe_uri}")
+            problem = schema_problem(revision, f"registry {reader.safe_uri}")
             if problem is not None:
                 raise problem
-            return _query(con, reader.model, "%s", workspace=_WORKSPACE[revision])
+            return query_snapshot(con, reader.model, "%s", workspace=HAS_WORKSPACE[revision])
     except CompatError:
         raise
     except psycopg.Error as err:
         raise InfrastructureError(
             f"registry {reader.safe_uri} is unreachable: {first_line(err)}"
         ) from None
-
-
-# --- REST: an MLflow server -------------------------------------------------------------------
-
-
-class _RestSource:
-    """GET requests to an MLflow server's REST API, bounded as MLflow's client is (one try,
-    ``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds), authenticated as it would be (the URI's
-    ``user:password@``, ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` or ``MLFLOW_TRACKING_TOKEN``)."""
-
-    def __init__(self, reader: RegistryReader) -> None:
-        self.reader = reader
-        parts = urlsplit(reader.uri)
-        self.base = urlunsplit((parts.scheme, parts.hostname or "", parts.path.rstrip("/"), "", ""))
-        if parts.port is not None:
-            netloc = f"{parts.hostname}:{parts.port}"
-            self.base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-        self.query = parts.query
-        self.headers = {"User-Agent": "compat"}
-        user = parts.username or os.environ.get("MLFLOW_TRACKING_USERNAME")
-        password = parts.password or os.environ.get("MLFLOW_TRACKING_PASSWORD")
-        token = os.environ.get("MLFLOW_TRACKING_TOKEN")
-        if parts.username and parts.password is None and not token:
-            token = parts.username  # https://<token>@host: a token as the user part
-            user = None
-        if user and password is not None:
-            pair = base64.b64encode(f"{user}:{password}".encode()).decode()
-            self.headers["Authorization"] = f"Basic {pair}"
-        elif token:
-            self.headers["Authorization"] = f"Bearer {token}"
-        self.timeout = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 10)
-
-    def get(self, endpoint: str, params: dict[str, Any]) -> dict[str, Any]:
-        """The JSON body of ``GET /api/2.0/mlflow/<endpoint>``; NotFoundError for MLflow's
-        RESOURCE_DOES_NOT_EXIST, InfrastructureError (exit 5) for anything else."""
-        import ssl
-        import urllib.error
-        import urllib.request
-
-        query = "&".join(q for q in (self.query, urlencode(params)) if q)
-        url = f"{self.base}/api/2.0/mlflow/{endpoint}?{query}"
-        context = None
-        if url.startswith("https://"):
-            if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
-                context = ssl._create_unverified_context()
-            elif os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH"):
-                context = ssl.create_default_context(
-                    cafile=os.environ["MLFLOW_TRACKING_SERVER_CERT_PATH"]
-                )
-        request = urllib.request.Request(url, headers=self.headers)
-        safe = self.reader.safe_uri
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as r:
-                return json.loads(r.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            body = _error_body(err)
-            if body.get("error_code") == "RESOURCE_DOES_NOT_EXIST":
-                raise NotFoundError(f"registry {safe}: {body.get('message', endpoint)}") from None
-            what = body.get("message") or f"HTTP {err.code} {err.reason}"
-            raise InfrastructureError(
-                f"registry {safe} is unreachable: {endpoint}: {first_line(Exception(what))}"
-            ) from None
-        except (OSError, ValueError) as err:  # refused, timed out, TLS, not JSON
-            raise InfrastructureError(
-                f"registry {safe} is unreachable: {first_line(err)}"
-            ) from None
-
-    def pages(self, endpoint: str, params: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
-        token = None
-        while True:
-            page = dict(params, max_results=REST_PAGE, **({"page_token": token} if token else {}))
-            body = self.get(endpoint, page)
-            yield from body.get(key, [])
-            token = body.get("next_page_token")
-            if not token:
-                return
-
-    def read(self) -> Snapshot:
-        model = self.reader.model
-        try:
-            found = self.get("registered-models/get", {"name": model})["registered_model"]
-        except NotFoundError:
-            return Snapshot()
-        aliases = {a["alias"]: str(a["version"]) for a in found.get("aliases", [])}
-        versions = [
-            _record(
-                mv["version"],
-                mv.get("run_id"),
-                mv.get("source"),
-                mv.get("description"),
-                mv.get("creation_timestamp"),
-                {t["key"]: t.get("value", "") for t in mv.get("tags", [])},
-            )
-            for mv in self.pages(
-                "model-versions/search", {"filter": f"name='{model}'"}, "model_versions"
-            )
-        ]
-        versions.sort(key=lambda r: int(r.mlflow_version))
-        return Snapshot(exists=True, versions=versions, aliases=aliases)
-
-
-def _error_body(err: Any) -> dict[str, Any]:
-    try:
-        body = json.loads(err.read() or b"{}")
-    except (OSError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 __all__ = ["KNOWN_SCHEMAS", "RegistryReader", "Snapshot", "fast_readable", "open_registry"]

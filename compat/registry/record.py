@@ -61,16 +61,30 @@ SERVE_TAG = "compat.serve"  # how the version was gated against its parent's gal
 MAX_TAG_VALUE = 100_000  # MLflow's limit on a model version tag's value
 
 
-def verdict_tags(verdict: Verdict, when: str) -> dict[str, str]:
-    """``compat.status``, ``compat.verdict.at``, ``compat.verdict.kind`` (``promotion`` or
-    ``rollback``), ``compat.checks`` (every check object, compact JSON: what ``show`` and
-    ``chain`` print), one ``compat.check.*`` per criterion (``pass +0.0123``) and the first
-    update gain per protocol."""
+# Tags that belong to one verdict: record_verdict removes the previous verdict's before it
+# writes its own, so a version's tags never mix two verdicts (a failed rollback's checks beside
+# a later promotion's).
+VERDICT_TAGS = ("compat.checks", "compat.gains", "compat.serve")
+VERDICT_PREFIXES = ("compat.check.", "compat.gain.")
+
+
+def verdict_tags(
+    verdict: Verdict, when: str, kind: str | None = None, keep_status: bool = False
+) -> dict[str, str]:
+    """``compat.verdict.passed`` (``true``/``false``), ``compat.verdict.at``,
+    ``compat.verdict.kind`` (``promotion`` or ``rollback``; ``kind`` when the caller knows it),
+    ``compat.checks`` (every check object, compact JSON: what ``show`` and ``chain`` print), one
+    ``compat.check.*`` per criterion (``pass +0.0123``) and the first update gain per protocol;
+    and ``compat.status`` (``passed``/``failed``) unless ``keep_status``: a version that is or
+    was production keeps ``promoted``, whatever a later gate says (its verdict is in
+    ``compat.verdict.passed``)."""
     tags = {
-        "compat.status": "passed" if verdict.passed else "failed",
+        "compat.verdict.passed": "true" if verdict.passed else "false",
         "compat.verdict.at": when,
-        "compat.verdict.kind": "rollback" if verdict.rollback else "promotion",
+        "compat.verdict.kind": kind or ("rollback" if verdict.rollback else "promotion"),
     }
+    if not keep_status:
+        tags["compat.status"] = "passed" if verdict.passed else "failed"
     if verdict.serve.get("mode", "native") != "native":
         tags[SERVE_TAG] = serve_text(verdict.serve)
     checks = json.dumps(verdict.checks(), sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -330,12 +344,21 @@ def record_verdict(
     metrics: Path = Path("metrics"),
     evaluation: Any = None,
     evaluation_where: str = "splits/eval.json",
+    keep_status: bool = False,
 ) -> None:
-    """Tags and description on the registered version; on its run, the verdict in one
+    """Tags and description on the registered version (the previous verdict's tags removed;
+    ``keep_status``: a version that is or was production keeps its status); on its run, the verdict in one
     paragraph (the run's description), the evaluation set the gate judged on (``evaluation``:
     its manifest, when there was one) as a dataset input, the verdict's metrics, tables and
     heatmaps, the JSON report (``blob``) and the evaluation's plots and metrics."""
-    reg.set_tags(rec, verdict_tags(verdict, report["when"]))
+    tags = verdict_tags(verdict, report["when"], report.get("kind"), keep_status)
+    stale = [
+        key
+        for key in rec.tags
+        if (key in VERDICT_TAGS or key.startswith(VERDICT_PREFIXES)) and key not in tags
+    ]
+    reg.delete_tags(rec, stale)
+    reg.set_tags(rec, tags)
     reg.set_description(rec, describe(verdict, report.get("against")))
     if not rec.run_id:
         return
@@ -360,6 +383,8 @@ def record_verdict(
 __all__ = [
     "CHECKS_TAG",
     "GAINS_TAG",
+    "VERDICT_PREFIXES",
+    "VERDICT_TAGS",
     "checks_from_tags",
     "describe",
     "evaluated_matrix",

@@ -30,6 +30,11 @@ from typing import Any
 from compat.registry.promotions import expected_production
 
 PROMOTED = "promoted"
+# The status a killed promotion leaves on production: its gate passed, the tag write after the
+# logged move never came. Any other status is not a kill's: 'failed' is a verdict a gate
+# recorded (before compat kept the status of a version that served), 'candidate' a version
+# promoted by hand; verify names neither as a leftover and repair never rewrites them.
+GATED = "passed"
 
 
 def findings(reg: Any, ledger: Any, promotions: list[dict[str, Any]] | None = None) -> list[str]:
@@ -55,7 +60,7 @@ def findings(reg: Any, ledger: Any, promotions: list[dict[str, Any]] | None = No
             )
     if production is not None and not pending and expected_production(promotions) == production:
         status = _status(reg.get(production))
-        if status != PROMOTED:
+        if status == GATED:  # the gate's verdict before the move; 'failed' is a recorded verdict
             out.append(
                 f"production is {production!r} as the log says, but its compat.status is "
                 f"{status!r} (a kill after the logged move): repair sets it to {PROMOTED!r}"
@@ -78,7 +83,7 @@ def repair(reg: Any, ledger: Any) -> list[str]:
     if production is not None and expected_production(ledger.promotions()) == production:
         rec = reg.get(production)
         before = _status(rec)  # read first: set_tags updates the record in place
-        if before != PROMOTED:
+        if before == GATED:  # never a recorded 'failed' verdict: only the kill's leftover
             reg.set_tags(rec, {"compat.status": PROMOTED})
             done.append(f"{production}: compat.status {before!r} -> {PROMOTED!r}")
     return done

@@ -388,6 +388,13 @@ class Registry:
             self.call("set_model_version_tag", self.model, rec.mlflow_version, key, str(value))
             rec.tags[key] = str(value)
 
+    def delete_tags(self, rec: VersionRecord, keys: list[str]) -> None:
+        """Remove tags ``keys`` from the version (those it holds; a missing one is no error)."""
+        for key in keys:
+            if key in rec.tags:
+                self.call("delete_model_version_tag", self.model, rec.mlflow_version, key)
+                del rec.tags[key]
+
     def set_description(self, rec: VersionRecord, text: str) -> None:
         self.call("update_model_version", self.model, rec.mlflow_version, description=text)
 

@@ -82,7 +82,9 @@ def test_a_rollback_that_fails_on_the_rows_production_embedded(project, tmp_path
     reg = Registry()
     assert reg.production() == "v3"
     assert reg.get("v2").tags["compat.verdict.kind"] == "rollback"
-    assert reg.get("v2").tags["compat.status"] == "failed"
+    # v2 served once: a failed gate never rewrites its history (issue 45: it read 'failed')
+    assert reg.get("v2").tags["compat.status"] == "promoted"
+    assert reg.get("v2").tags["compat.verdict.passed"] == "false"
     assert "FAILED its gate as a rollback from v3" in reg.get("v2").description
     assert summary.read_text().startswith(
         "### compat promote v2 (rollback from v3): FAILED (production unchanged)"
