@@ -43,7 +43,13 @@ def test_the_locks_pin_every_dependency_within_pyprojects_ranges():
     extras = project["optional-dependencies"]
     wanted = {
         "base.txt": list(project["dependencies"]),
-        "dev.txt": [*project["dependencies"], *extras["dev"], *extras["ray"], *extras["shared"]],
+        "dev.txt": [
+            *project["dependencies"],
+            *extras["dev"],
+            *extras["lance"],
+            *extras["ray"],
+            *extras["shared"],
+        ],
     }
     for lock, requirements in wanted.items():
         pins = _pins(lock)

@@ -58,10 +58,16 @@ EMBED_HELP = (
     "The format follows --out: .npz (a bundle), .npy (the matrix; ids, labels and provenance "
     "in a <stem>.meta.npz sidecar) or a folder (Parquet shards). Labels are integer codes of "
     "the sorted class names, which the file's meta lists.\n\n"
+    "--out <folder>/<name>.lance writes a LanceDB table: a new one holds id, label and the "
+    "column vec_<VERSION>; in an existing one the rows are matched by id and fill "
+    "vec_<VERSION> (added if missing; the other columns untouched; every item must be a row of "
+    "the table). Re-embedding a backfilled gallery's images this way replaces the mapped rows "
+    "of those items. See docs/lancedb.md.\n\n"
     "Exit codes: 0 written; 2 usage (none or several of --split/--manifest/--folder, an --out "
     "of unknown format); 3 the version, split, manifest, folder or data source is missing; 4 "
-    "bad input (a bad card or weights, unreadable images, a source of another image size); 5 "
-    "the disk is full or read-only."
+    "bad input (a bad card or weights, unreadable images, a source of another image size; a "
+    "table whose ids do not hold the items, or whose vec_<VERSION> has another width); 5 the "
+    "disk is full or read-only; 6 another command is writing the table."
 )
 
 
@@ -96,26 +102,12 @@ def _check_config(val_fraction, confidence, min_gain, resamples, seed):
 
 
 def _check_out(out: Path) -> None:
-    """--out may be new, an empty folder or a map folder; anything else is not ours to replace."""
-    from compat.errors import UsageError
+    """--out may be new, an empty folder or a map folder (:func:`compat.maps.store.map_owner`);
+    anything else is not ours to replace: exit 2 (5 on a read-only file system), before the fit."""
+    from compat.maps.store import map_owner
+    from compat.outputs import claim
 
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UsageError(f"{out}: --out exists and is not a folder")
-    names = {p.name for p in out.iterdir()}
-    if names and not (names <= {"weights.safetensors", "card.json"} and "card.json" in names):
-        raise UsageError(
-            f"{out}: --out holds files that are not a map's ({', '.join(sorted(names)[:3])}); "
-            "name a new or empty folder"
-        )
-    if "card.json" in names:
-        from compat.maps.card import read_map_card
-
-        try:
-            read_map_card(out)
-        except Exception:
-            raise UsageError(f"{out}: --out holds a card.json that is not a map's") from None
+    claim(out, "folder", map_owner, "--out", "a map folder")
 
 
 def adapt(
@@ -255,8 +247,17 @@ def adapt(
     raise typer.Exit(code)
 
 
+def _check_cache(cache: Path) -> None:
+    """--cache must be a folder compat can write entries into (exit 2 or 5 before any work)."""
+    from compat.outputs import check_target
+
+    check_target(cache, "folder", "--cache")
+
+
 def _version_pairs(new_version, old_version, split, manifest, folder, models, cache, device):
     from compat.maps.versions import version_pairs
+
+    _check_cache(cache)
 
     return version_pairs(
         new_version, old_version, split=split, manifest=manifest, folder=folder,
@@ -266,7 +267,9 @@ def _version_pairs(new_version, old_version, split, manifest, folder, models, ca
 
 def embed(
     version: str = typer.Argument(..., help="The version to embed with (models/<VERSION>/)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output: .npz, .npy or a folder."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Output: .npz, .npy, a folder or a .lance table."
+    ),
     split: str | None = typer.Option(None, "--split", help="Embed splits/NAME.json's items."),
     manifest: Path | None = typer.Option(
         None, "--manifest", help="Embed a CSV manifest's images (path,label[,group])."
@@ -285,7 +288,17 @@ def embed(
         from compat.maps.versions import embed_version, open_items, write_embeddings
         from compat.models.card import read_model_card
 
-        format_of(out)  # an unknown format is a usage error before any work
+        fmt = format_of(out)  # an unknown format is a usage error before any work
+        if fmt != "lance":  # the one checked-output path: before any work, a user's file kept
+            from compat.embeddings.gallery_out import claim_gallery
+
+            claim_gallery(out, fmt)
+        _check_cache(cache)
+        if fmt == "lance":  # before any work: the version names a column, LanceDB is there
+            from compat.embeddings.table import check_version, lance_module
+
+            check_version(version, "VERSION")
+            lance_module()
         card = read_model_card(models / version)
         with open_items(
             split=split, manifest=manifest, folder=folder, image_size=card.image_size,
@@ -295,8 +308,16 @@ def embed(
                 version, items, models_dir=models, cache_root=cache, batch_size=batch_size,
                 device=device, progress=not quiet,
             )  # fmt: skip
-        write_embeddings(out, bundle)
-    print(f"embed: {version}: {len(bundle)} x {bundle.dim} rows of {items.name}; wrote {out}")
+        if fmt == "lance":
+            from compat.embeddings.table_columns import column_for
+            from compat.embeddings.table_write import write_table_embeddings
+
+            write_table_embeddings(out, bundle)
+            where = f"{column_for(version)} of {out}"
+        else:
+            write_embeddings(out, bundle)
+            where = str(out)
+    print(f"embed: {version}: {len(bundle)} x {bundle.dim} rows of {items.name}; wrote {where}")
 
 
 def register(app: typer.Typer) -> None:

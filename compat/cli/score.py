@@ -50,6 +50,14 @@ HELP = (
     "approximate index and reports its recall@k against exact search (the share of each "
     "query's exact top-k it returns), its build time and queries/s; the metrics above stay "
     "exact. The promotion gate always searches exactly.\n\n"
+    "A LanceDB table (<folder>/<name>.lance, see docs/lancedb.md) is scored as it is served: "
+    "each row from the newest version whose vec_<version> column holds it. A partially "
+    "backfilled table (rows of two versions) is scored as the evaluate stage's partial-backfill "
+    "curve: the newer version's rows with its queries, the other rows with queries in the older "
+    "space (the query table's vec_<older> column; else the --query-adapter's mapped queries; "
+    "else the newer queries as they are, backward compatible), each query's scores on the "
+    "older rows matched to the newer rows' scale (calibration match). The queries may be a "
+    "table too.\n\n"
     "--query-adapter DIR applies a query adapter (written by compat adapt) to the query rows "
     "before scoring: a new model's queries mapped into the old gallery's space. Its weights' "
     "sha256 is checked against its card and its input width against the query rows. An "
@@ -197,39 +205,34 @@ def _score(
 ) -> tuple[dict, list[str], dict[str, dict[str, int]], dict[str, dict]]:
     import numpy as np
 
-    from compat.embeddings.reader import load_gallery
+    from compat.embeddings.table import is_table
     from compat.errors import BadInputError
     from compat.evaluate.protocols import create_protocols, evaluate_sets, protocol_names
 
     names = list(dict.fromkeys(protocols or protocol_names()))
     built = create_protocols(names, max_pairs=max_pairs, seed=seed)  # unknown name: exit 2
-    q = load_gallery(query_path)
-    g = load_gallery(gallery_path)
-    q_raw, g_raw = q.embeddings, g.embeddings
     notes: list[str] = []
-    if adapter is not None:
-        if q.dim != adapter.in_dim:
-            raise BadInputError(
-                f"{adapter.folder / 'card.json'}: in_dim: the adapter takes {adapter.in_dim}-dim "
-                f"rows, {query_path} has {q.dim}"
-            )
-        q_raw = adapter.apply(q_raw)  # unit rows in the adapter's output space
-        notes.append(
-            f"query rows mapped by the {adapter.kind} adapter {adapter.folder} "
-            f"({adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim})"
-        )
-    if q.dim != g.dim and q_raw.shape[1] != g_raw.shape[1]:
-        if dim_mismatch is None:
-            raise BadInputError(
-                f"{query_path}: embeddings: dimension {q_raw.shape[1]} does not match {gallery_path} "
-                f"dimension {g.dim} (--dim-mismatch truncate|pad says how they meet)"
-            )
-        from compat.embeddings.dims import align_pair
+    if is_table(gallery_path):  # scored as served: compat.embeddings.table_search
+        from compat.embeddings.table_search import score_table
+        from compat.errors import UsageError
 
-        # Truncate first, L2-normalise after (below): BCT compares the first d_old coordinates.
-        q_raw, g_raw = align_pair(q_raw, g_raw, dim_mismatch, normalize=False)
-    q_emb = _normalized(q_raw, query_path) if normalize else q_raw
-    g_emb = _normalized(g_raw, gallery_path) if normalize else g_raw
+        if dim_mismatch is not None:
+            raise UsageError("--dim-mismatch: a table gallery's queries meet each column's width")
+        t = score_table(
+            query_path, gallery_path, adapter=adapter,
+            normalize=_normalized if normalize else (lambda x, _path: x),
+        )  # fmt: skip
+        q_emb, g_emb, notes = t.query, t.gallery, list(t.notes)
+        q_labels, g_labels, q_ids, g_ids = (
+            t.query_labels,
+            t.gallery_labels,
+            t.query_ids,
+            t.gallery_ids,
+        )
+    else:
+        q_emb, g_emb, q_labels, g_labels, q_ids, g_ids = _file_rows(
+            query_path, gallery_path, normalize, dim_mismatch, adapter, notes
+        )
     if not normalize:
         from compat.models.norms import products_overflow
 
@@ -243,13 +246,13 @@ def _score(
 
     exclude = None
     if query_path.resolve() == gallery_path.resolve():
-        exclude = np.arange(len(q), dtype=np.int64)
-    elif q.ids is not None and g.ids is not None:
-        position = {item: i for i, item in reversed(list(enumerate(g.ids)))}
-        ex = np.array([position.get(item, -1) for item in q.ids], dtype=np.int64)
+        exclude = np.arange(len(q_emb), dtype=np.int64)
+    elif q_ids is not None and g_ids is not None:
+        position = {item: i for i, item in reversed(list(enumerate(g_ids)))}
+        ex = np.array([position.get(item, -1) for item in q_ids], dtype=np.int64)
         exclude = ex if (ex >= 0).any() else None
 
-    results = evaluate_sets(built, q_emb, q.labels, g_emb, g.labels, exclude=exclude, device=device)
+    results = evaluate_sets(built, q_emb, q_labels, g_emb, g_labels, exclude=exclude, device=device)
     flat: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
     groups: dict[str, dict] = {}
@@ -274,6 +277,41 @@ def _score(
         if c["genuine_pairs"] == 0 or c["impostor_pairs"] == 0:
             notes.append("verification undefined: needs both genuine and impostor pairs")
     return flat, notes, counts, groups
+
+
+def _file_rows(query_path, gallery_path, normalize, dim_mismatch, adapter, notes):
+    """Query and gallery rows of two files (normalised, widths met, the adapter applied), with
+    labels and ids."""
+    from compat.embeddings.reader import load_gallery
+    from compat.errors import BadInputError
+
+    q = load_gallery(query_path)
+    g = load_gallery(gallery_path)
+    q_raw, g_raw = q.embeddings, g.embeddings
+    if adapter is not None:
+        if q.dim != adapter.in_dim:
+            raise BadInputError(
+                f"{adapter.folder / 'card.json'}: in_dim: the adapter takes {adapter.in_dim}-dim "
+                f"rows, {query_path} has {q.dim}"
+            )
+        q_raw = adapter.apply(q_raw)  # unit rows in the adapter's output space
+        notes.append(
+            f"query rows mapped by the {adapter.kind} adapter {adapter.folder} "
+            f"({adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim})"
+        )
+    if q.dim != g.dim and q_raw.shape[1] != g_raw.shape[1]:
+        if dim_mismatch is None:
+            raise BadInputError(
+                f"{query_path}: embeddings: dimension {q_raw.shape[1]} does not match {gallery_path} "
+                f"dimension {g.dim} (--dim-mismatch truncate|pad says how they meet)"
+            )
+        from compat.embeddings.dims import align_pair
+
+        # Truncate first, L2-normalise after (below): BCT compares the first d_old coordinates.
+        q_raw, g_raw = align_pair(q_raw, g_raw, dim_mismatch, normalize=False)
+    q_emb = _normalized(q_raw, query_path) if normalize else q_raw
+    g_emb = _normalized(g_raw, gallery_path) if normalize else g_raw
+    return q_emb, g_emb, q.labels, g.labels, q.ids, g.ids
 
 
 def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> tuple[dict, list[str]]:

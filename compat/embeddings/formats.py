@@ -1,4 +1,5 @@
-"""Gallery formats: an ``.npz`` bundle, a memory-mapped ``.npy`` matrix, a folder of Parquet shards.
+"""Gallery formats: an ``.npz`` bundle, a memory-mapped ``.npy`` matrix, a folder of Parquet shards,
+a LanceDB table.
 
 The format follows the path (:func:`format_of`):
 
@@ -13,13 +14,19 @@ a folder (or ``*.parquet``)  Parquet shards ``*.parquet`` read in file-name orde
                        (integer) and ``row_version`` (string); gallery-wide provenance (``version``,
                        ``fingerprint``, ``meta``) in ``_compat.json`` beside them (Parquet readers
                        skip files starting with ``_``)
+``*.lance``            a LanceDB table, the folder ``<database folder>/<name>.lance``: one row per
+                       item, one ``vec_<version>`` column per version
+                       (:mod:`compat.embeddings.table`); read as its rows served, each from its
+                       newest version
 =====================  ==========================================================================
 
 This module says which format a path names (an output need not exist yet) and where a ``.npy``
 matrix's sidecar is, and writes the pieces of each format: Parquet shards with the gallery
 schema, the shards' ``_compat.json``, and the header of a ``.npy`` matrix whose rows are streamed
 after it (the ``.npz`` bundle and the sidecar are :mod:`compat.embeddings.bundle`'s). Reading any
-of them, in row blocks or whole, with the schema checked, is :mod:`compat.embeddings.reader`'s.
+of them, in row blocks or whole, with the schema checked, is :mod:`compat.embeddings.reader`'s;
+a table's layout and checks are :mod:`compat.embeddings.table`'s, writing one
+:mod:`compat.embeddings.table_write`'s and :mod:`compat.embeddings.table_fill`'s.
 """
 
 from __future__ import annotations
@@ -33,15 +40,18 @@ import numpy as np
 
 from compat.errors import UsageError
 
-FORMATS = ("npz", "npy", "parquet")
+FORMATS = ("npz", "npy", "parquet", "lance")
 DATASET_META = "_compat.json"
 SHARD_GLOB = "*.parquet"
 ROW_GROUP = 65536  # rows per row group of the shards compat writes
 
 
 def format_of(path: str | os.PathLike[str]) -> str:
-    """``"npz"``, ``"npy"`` or ``"parquet"`` from the path (an output need not exist yet)."""
+    """``"npz"``, ``"npy"``, ``"parquet"`` or ``"lance"`` from the path (an output need not exist
+    yet)."""
     p = Path(path)
+    if p.suffix == ".lance":  # a folder too, so before the Parquet folder test
+        return "lance"
     if p.suffix == ".npz":
         return "npz"
     if p.suffix == ".npy":
@@ -49,8 +59,8 @@ def format_of(path: str | os.PathLike[str]) -> str:
     if p.is_dir() or p.suffix in ("", ".parquet"):
         return "parquet"
     raise UsageError(
-        f"{p}: unknown gallery format {p.suffix!r}; expected .npz, .npy or a folder of "
-        "Parquet shards"
+        f"{p}: unknown gallery format {p.suffix!r}; expected .npz, .npy, a folder of "
+        "Parquet shards or a LanceDB table (<folder>/<name>.lance)"
     )
 
 

@@ -1,6 +1,7 @@
 """Reading a gallery of any format (:mod:`compat.embeddings.formats`: an ``.npz`` bundle, an
-``.npy`` matrix with its ``.meta.npz`` sidecar, a folder of Parquet shards), in row blocks or
-whole.
+``.npy`` matrix with its ``.meta.npz`` sidecar, a folder of Parquet shards, a LanceDB table read
+as its rows served: :meth:`compat.embeddings.table.GalleryTable.served_batches`), in row blocks
+or whole.
 
 :class:`GalleryReader` reads the header-level facts first (rows, width, provenance, row
 versions; an ``.npz`` archive's shapes from its headers, an ``.npy`` matrix's from its header, a
@@ -149,6 +150,19 @@ class GalleryReader:
                 raise BadInputError(f"{self.where}: row_version: {col.null_count} null values")
             self.row_versions = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.str_)
 
+    def _open_lance(self) -> None:
+        from compat.embeddings.table import open_table
+
+        t = open_table(self.path)
+        self._table = t
+        self.n, self.dim = t.n, t.served_dim()
+        self.fingerprint, self.meta = t.fingerprint, dict(t.meta)
+        versions = t.row_versions()
+        distinct = np.unique(versions)
+        self.version = str(distinct[0]) if len(distinct) == 1 else None
+        self.row_versions = None if self.version is not None else versions
+        self._ids, self._labels = t.ids(), t.labels()
+
     def _read_dataset_meta(self, meta_file: Path) -> None:
         try:
             raw = json.loads(meta_file.read_text(encoding="utf-8"))
@@ -204,6 +218,8 @@ class GalleryReader:
 
     def files(self) -> list[Path]:
         """Every file whose bytes make up the gallery (for its digest)."""
+        if self.format == "lance":  # the data files its current version reads
+            return [self.path / "data" / name for name in sorted(self._table.data_files())]
         if self.format == "parquet":
             extra = [self.path / DATASET_META] if self.path.is_dir() else []
             return [*self.shards, *(p for p in extra if p.is_file())]
@@ -216,7 +232,7 @@ class GalleryReader:
         """One digest over the gallery's files (their names and bytes)."""
         from compat.io import sha256_file
 
-        if self.format != "parquet" and len(self.files()) == 1:
+        if self.format not in ("parquet", "lance") and len(self.files()) == 1:
             return sha256_file(self.path)
         h = hashlib.sha256()
         for f in self.files():
@@ -242,6 +258,9 @@ class GalleryReader:
         if self.format == "parquet":
             yield from self._parquet_blocks(size, skip, with_columns)
             return
+        if self.format == "lance":
+            yield from self._lance_blocks(size, skip, with_columns)
+            return
         for b, start in enumerate(range(0, self.n, size)):
             if b in skip:
                 continue
@@ -253,6 +272,29 @@ class GalleryReader:
             ids = self._ids[start:stop] if self._ids is not None and with_columns else None
             labels = self._labels[start:stop] if self._labels is not None and with_columns else None
             yield Block(start, emb, ids, labels)
+
+    def _lance_blocks(self, size: int, skip: Any, with_columns: bool) -> Iterator[Block]:
+        """The served rows in blocks of exactly ``size`` (a table's batches end with its
+        fragments)."""
+        pending: list[np.ndarray] = []
+        have, b = 0, 0
+        for _, emb, _ in self._table.served_batches(size):
+            pending.append(emb)
+            have += len(emb)
+            while have >= size or (have and have + b * size == self.n):
+                rows = np.concatenate(pending) if len(pending) > 1 else pending[0]
+                head, rest = rows[:size], rows[size:]
+                pending, have = ([rest] if len(rest) else []), len(rest)
+                if b not in skip:
+                    start, stop = b * size, b * size + len(head)
+                    ids = self._ids[start:stop] if with_columns and self._ids is not None else None
+                    lab = (
+                        self._labels[start:stop]
+                        if with_columns and self._labels is not None
+                        else None
+                    )
+                    yield Block(start, head, ids, lab)
+                b += 1
 
     def _read_npy(self, start: int, stop: int) -> np.ndarray:
         with open(self.path, "rb") as f:

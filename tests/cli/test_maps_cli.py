@@ -196,6 +196,34 @@ def test_embed_through_the_cache_in_every_format(in_tmp):
     assert load_gallery(in_tmp / "v1.npz").embeddings.shape == (24, 6)
 
 
+def test_embed_into_a_table_then_its_next_version_column(in_tmp):
+    """``compat embed VERSION --out <folder>/<name>.lance``: a new table, then another
+    version's column of the same items filled by id (the re-embedding path of a backfill)."""
+    import lancedb
+
+    from compat.embeddings.reader import load_gallery
+    from compat.embeddings.table import open_table
+
+    _project(in_tmp)
+    r = runner.invoke(app, ["embed", "v1", "--split", "v2", "--out", "db/g.lance", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().endswith("wrote vec_v1 of db/g.lance")
+    r = runner.invoke(app, ["embed", "v2", "--split", "v2", "--out", "db/g.lance", "--quiet"])
+    assert r.exit_code == 0, r.output
+    t = open_table("db/g.lance")
+    assert list(t.vectors) == ["vec_v1", "vec_v2"] and t.meta["classes"] == ["c0", "c1", "c2", "c3"]
+    [source] = t.vectors["vec_v2"].sources
+    assert source["kind"] == "embedded" and source["items"] == "split:v2"
+    assert t.vectors["vec_v2"].weights_sha256 == source["weights_sha256"] is not None
+    rows = lancedb.connect("db").open_table("g").to_arrow()
+    assert rows.column_names == ["id", "label", "vec_v1", "vec_v2"] and rows.num_rows == 24
+    runner.invoke(app, ["embed", "v2", "--split", "v2", "--out", "v2.npz", "--quiet"])
+    x, ok = t.read("vec_v2")
+    assert ok.all() and np.array_equal(x, load_gallery("v2.npz").embeddings)
+    r = runner.invoke(app, ["embed", "..", "--split", "v2", "--out", "db/g.lance"])
+    assert r.exit_code == 2 and "VERSION '..'" in r.stderr
+
+
 def test_embed_errors(in_tmp):
     _project(in_tmp)
     r = runner.invoke(app, ["embed", "v2", "--out", "x.npz"])
