@@ -39,6 +39,7 @@ FLOORS: list[set[str]] = [
         "errors",
         "io",
         "files",
+        "outputs",
         "catalog",
         "names",
         "cpu",

@@ -376,7 +376,7 @@ FIXED = [
     Case("backfill-out-holds-the-input", "cli", _backfill_out_holds_input, 2,
          ("--out DIR: the folder holds the input gallery", "the input is never modified")),
     Case("backfill-out-not-a-gallery", "cli", _backfill_out_not_a_gallery, 2,
-         ("--out up: the folder holds files a backfill did not write (notes.txt)",)),
+         ("--out up: the folder holds files that are not a gallery's (notes.txt)",)),
 ]  # fmt: skip
 
 WORKING = [

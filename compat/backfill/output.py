@@ -3,11 +3,12 @@ finished output is put in place.
 
 * **The input is never modified**: ``out`` (its ``.npy`` sidecar, the work folder and the lock
   file too) must not be, hold or lie inside a file of the input gallery (:func:`check_apart`).
-* **Only its own output is replaced**: an existing ``out`` is replaced only when a backfill
-  wrote it (its ``meta`` records a ``backfill``; a Parquet folder holds nothing but
-  ``_compat.json`` and ``batch-*.parquet`` shards) or it is an empty folder
-  (:func:`check_replaceable`). Anything else, or a place no file can be written
-  (:func:`check_out`), is a :class:`~compat.errors.UsageError` (exit 2) before any work.
+* **Only its own output is replaced**, through compat's one checked-output path
+  (:mod:`compat.outputs`): an existing ``out`` is replaced only when a backfill wrote it (its
+  ``meta`` records a ``backfill``; a Parquet folder holds nothing but ``_compat.json`` and
+  compat's shards) or it is an empty folder (:func:`check_replaceable`). Anything else, or a
+  place no file can be written (:func:`check_out`), is a :class:`~compat.errors.UsageError`
+  (exit 2) before any work; a read-only file system is exit 5.
 * **One writer per output**: a run holds the lock file ``.<out name>.backfill.lock`` beside the
   output (:class:`OutLock`); a second run into the same ``out`` is a
   :class:`~compat.errors.ConflictError` (exit 6) that writes and removes nothing.
@@ -15,17 +16,14 @@ finished output is put in place.
   short (:func:`check_room`, a :class:`~compat.errors.StorageError`, exit 5).
 * **Nothing half-written**: the output (a file, or a folder of shards swapped into place) is
   assembled from the saved batches (:mod:`compat.backfill.resume`) only when every block is done
-  (:func:`write_output`); a swapped-out folder a killed run left is removed by the next run
-  (:func:`remove_stale_swaps`).
+  (:func:`write_output`); a swapped-out folder a killed run left is removed (or put back, when
+  nothing took its place) by the next run (:func:`remove_stale_swaps`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
-import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,8 +34,7 @@ from compat.backfill.plan import bundle_version
 from compat.backfill.resume import STATE, Parts, work_dir_for
 from compat.errors import ConflictError, StorageError, UsageError
 from compat.io import atomic_path, free_bytes, human_bytes, storage_error, storage_errors
-
-_SHARD = re.compile(r"batch-\d{6}\.parquet")
+from compat.outputs import check_owned, check_target, remove_stale, replace_folder
 
 
 def lock_path_for(out: str | os.PathLike[str]) -> Path:
@@ -58,21 +55,13 @@ def same_file(a: Path, b: Path) -> bool:
 
 def check_out(out: Path, fmt: str) -> None:
     """Refuse an output that cannot be written (under a file, /proc, a folder where a file
-    goes) with a one-line usage error, before any work."""
-    parent = out.parent
-    for p in [parent, *parent.parents]:
-        if p.exists():
-            if not p.is_dir():
-                raise UsageError(f"--out {out}: {p} is a file, not a folder")
-            if not os.access(p, os.W_OK):
-                raise UsageError(f"--out {out}: {p} is not writable")
-            break
-    if str(out.resolve()).startswith(("/proc/", "/sys/", "/dev/")):
-        raise UsageError(f"--out {out}: not a place for files (a kernel file system)")
-    if fmt != "parquet" and out.is_dir():
-        raise UsageError(f"--out {out}: a folder; a .npz or .npy output must be a file")
-    if fmt == "parquet" and out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: a file; a Parquet output is a folder of shards")
+    goes; an ``.npy``'s sidecar too) with a one-line usage error, a read-only file system with
+    exit 5, before any work (:func:`compat.outputs.check_target`)."""
+    from compat.embeddings.formats import sidecar_of
+
+    check_target(out, "folder" if fmt == "parquet" else "file")
+    if fmt == "npy":
+        check_target(sidecar_of(out), "file")
 
 
 def check_apart(reader: Any, out: Path, fmt: str) -> None:
@@ -105,62 +94,19 @@ def check_apart(reader: Any, out: Path, fmt: str) -> None:
                 )
 
 
-def _by_backfill(meta: Any) -> bool:
-    """Whether a gallery's ``meta`` says a backfill wrote it."""
-    return (
-        isinstance(meta, dict) and isinstance(meta.get("backfill"), list) and bool(meta["backfill"])
-    )
-
-
 def check_replaceable(out: Path, fmt: str) -> None:
     """An existing ``out`` may be replaced only if a backfill wrote it (or it is an empty
-    folder); anything else is a usage error before any work."""
-    from compat.embeddings.bundle import read_bundle_meta
-    from compat.embeddings.formats import DATASET_META, sidecar_of
-    from compat.errors import CompatError
+    folder): compat's one checked-output path (:func:`compat.outputs.check_owned`) with the
+    backfill's own test (:func:`compat.embeddings.gallery_out.gallery_owner`); anything else is
+    a usage error before any work."""
+    from compat.embeddings.formats import sidecar_of
+    from compat.embeddings.gallery_out import gallery_owner
 
-    hint = "compat replaces only a gallery a backfill wrote; remove it or choose another --out"
-    if out.is_symlink():
-        raise UsageError(f"--out {out}: a symbolic link; {hint}")
-    if fmt == "parquet":
-        if not out.exists():
-            return
-        names = sorted(p.name for p in out.iterdir())
-        if not names:
-            return
-        foreign = [
-            n
-            for n in names
-            if n != DATASET_META and not (_SHARD.fullmatch(n) and (out / n).is_file())
-        ]
-        if foreign:
-            more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-            raise UsageError(
-                f"--out {out}: the folder holds files a backfill did not write "
-                f"({', '.join(foreign[:3])}{more}); {hint}"
-            )
-        try:
-            meta = json.loads((out / DATASET_META).read_text(encoding="utf-8")).get("meta")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            meta = None
-        if not _by_backfill(meta):
-            raise UsageError(
-                f"--out {out}: a Parquet gallery no backfill wrote ({DATASET_META} records no "
-                f"backfill); {hint}"
-            )
-        return
-    owner = sidecar_of(out) if fmt == "npy" else out
-    if not out.exists() and not owner.exists():
-        return
-    if owner.is_symlink() or not owner.is_file():
-        raise UsageError(f"--out {out}: {owner.name} is missing or not a file; {hint}")
-    try:
-        meta = read_bundle_meta(owner)
-    except CompatError:
-        meta = None
-    if not _by_backfill(meta):
-        what = f"a file ({owner.name} records no backfill)" if owner != out else "a file"
-        raise UsageError(f"--out {out}: {what} a backfill did not write; {hint}")
+    owner = ("compat backfill",)
+    if fmt == "npy" and not out.exists():  # a sidecar alone is replaced only if ours
+        check_owned(sidecar_of(out), "file", gallery_owner("npz", owner), "--out", "a gallery")
+    kind = "folder" if fmt == "parquet" else "file"
+    check_owned(out, kind, gallery_owner(fmt, owner), "--out", "a gallery")
 
 
 def check_room(
@@ -240,35 +186,9 @@ class OutLock:
             os.close(self.fd)
 
 
-def _swap_name(target: Path, pid: int) -> Path:
-    return target.parent / f".{target.name}.old-{pid}"
-
-
-def _replace_folder(new: Path, target: Path) -> None:
-    """Put folder ``new`` at ``target``; an existing ``target`` folder (one a backfill wrote:
-    :func:`check_replaceable`) is swapped out, then removed."""
-    old = None
-    if target.exists():
-        old = _swap_name(target, os.getpid())
-        os.replace(target, old)
-    try:
-        os.replace(new, target)
-    except OSError:
-        if old is not None:
-            os.replace(old, target)  # the previous output stays where it was
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def remove_stale_swaps(out: Path) -> None:
-    """Remove the swapped-out outputs (``.<name>.old-<pid>``) of killed runs."""
-    from compat.io import _pid_alive
-
-    for old in out.parent.glob(f".{glob.escape(out.name)}.old-*"):
-        pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
+    """What killed runs left beside ``out`` (:func:`compat.outputs.remove_stale`)."""
+    remove_stale(out)
 
 
 def write_output(
@@ -293,7 +213,7 @@ def write_output(
             (work / STATE).unlink()
             for checksum in work.glob("batch-*.sha256"):
                 checksum.unlink()
-            _replace_folder(work, out)
+            replace_folder(work, out)
             return
         if parts.fmt == "npy":
             # The matrix is written first and renamed last: a failure in either leaves

@@ -50,6 +50,21 @@ def info(
     output.print_table(("field", "value"), rows, title=str(source), show_header=False)
 
 
+PREVIEW_MARK = ("Software", "compat data preview")  # the PNG text chunk a preview carries
+
+
+def _preview_owner(path: Path) -> str | None:
+    """None when ``path`` is a PNG ``compat data preview`` wrote (its text chunk says so)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            made_by = getattr(img, "text", {}).get(PREVIEW_MARK[0])
+    except (OSError, ValueError, SyntaxError):
+        made_by = None
+    return None if made_by == PREVIEW_MARK[1] else "not a PNG compat data preview wrote"
+
+
 @data_app.command("preview")
 def preview(
     out: Path = typer.Option(Path("preview.png"), help="PNG file to write"),
@@ -60,18 +75,24 @@ def preview(
 ) -> None:
     """Write a grid of images (one class per row) to see what the models train on.
 
-    Exit codes: 0 the PNG written; 2 usage (bad option); 3 the source file or an image not
-    found; 4 a malformed source file or an unreadable image; 5 a full disk, spent quota or
-    read-only file system writing --out (the path and the bytes needed named)."""
+    --out is replaced only when it is a preview compat wrote (its PNG text chunk says so).
+
+    Exit codes: 0 the PNG written; 2 usage (bad option; an --out that cannot be written, or a
+    file there no preview wrote); 3 the source file or an image not found; 4 a malformed
+    source file or an unreadable image; 5 a full disk, spent quota or read-only file system
+    writing --out (the path and the bytes needed named)."""
     import io
 
     import numpy as np
-    from PIL import Image
+    from PIL import Image, PngImagePlugin
 
     from compat.data.sources import open_source
     from compat.io import write_bytes
 
     with exit_on_error():
+        from compat.outputs import claim
+
+        claim(out, "file", _preview_owner, "--out", "a preview")  # before any work
         src = open_source(source)
         by_class: dict[str, list[str]] = {}
         for item in src.items:
@@ -87,7 +108,9 @@ def preview(
             (grid.shape[1] * scale, grid.shape[0] * scale), Image.Resampling.NEAREST
         )
         png = io.BytesIO()
-        img.save(png, format="PNG")
+        mark = PngImagePlugin.PngInfo()
+        mark.add_text(PREVIEW_MARK[0], PREVIEW_MARK[1])  # what _preview_owner recognises
+        img.save(png, format="PNG", pnginfo=mark)
         write_bytes(out, png.getvalue())  # a full disk: one line naming out and the bytes
     typer.echo(f"wrote {out}")
 

@@ -102,26 +102,12 @@ def _check_config(val_fraction, confidence, min_gain, resamples, seed):
 
 
 def _check_out(out: Path) -> None:
-    """--out may be new, an empty folder or a map folder; anything else is not ours to replace."""
-    from compat.errors import UsageError
+    """--out may be new, an empty folder or a map folder (:func:`compat.maps.store.map_owner`);
+    anything else is not ours to replace: exit 2 (5 on a read-only file system), before the fit."""
+    from compat.maps.store import map_owner
+    from compat.outputs import claim
 
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UsageError(f"{out}: --out exists and is not a folder")
-    names = {p.name for p in out.iterdir()}
-    if names and not (names <= {"weights.safetensors", "card.json"} and "card.json" in names):
-        raise UsageError(
-            f"{out}: --out holds files that are not a map's ({', '.join(sorted(names)[:3])}); "
-            "name a new or empty folder"
-        )
-    if "card.json" in names:
-        from compat.maps.card import read_map_card
-
-        try:
-            read_map_card(out)
-        except Exception:
-            raise UsageError(f"{out}: --out holds a card.json that is not a map's") from None
+    claim(out, "folder", map_owner, "--out", "a map folder")
 
 
 def adapt(
@@ -261,8 +247,17 @@ def adapt(
     raise typer.Exit(code)
 
 
+def _check_cache(cache: Path) -> None:
+    """--cache must be a folder compat can write entries into (exit 2 or 5 before any work)."""
+    from compat.outputs import check_target
+
+    check_target(cache, "folder", "--cache")
+
+
 def _version_pairs(new_version, old_version, split, manifest, folder, models, cache, device):
     from compat.maps.versions import version_pairs
+
+    _check_cache(cache)
 
     return version_pairs(
         new_version, old_version, split=split, manifest=manifest, folder=folder,
@@ -294,6 +289,11 @@ def embed(
         from compat.models.card import read_model_card
 
         fmt = format_of(out)  # an unknown format is a usage error before any work
+        if fmt != "lance":  # the one checked-output path: before any work, a user's file kept
+            from compat.embeddings.gallery_out import claim_gallery
+
+            claim_gallery(out, fmt)
+        _check_cache(cache)
         if fmt == "lance":  # before any work: the version names a column, LanceDB is there
             from compat.embeddings.table import check_version, lance_module
 

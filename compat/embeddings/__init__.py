@@ -14,6 +14,9 @@ are imported where they are used, and only :mod:`compat.embeddings.embed` needs 
   only on a miss
 * :mod:`compat.embeddings.formats`  the gallery formats (``.npz``, ``.npy`` + sidecar, Parquet
   shards, a LanceDB table): which a path names, and writing the files' pieces
+* :mod:`compat.embeddings.gallery_out`  a file gallery written through compat's one
+  checked-output path (:mod:`compat.outputs`): only a gallery a compat command wrote replaced,
+  nothing half-written
 * :mod:`compat.embeddings.reader`   reading a gallery of any format, in row blocks
   (``GalleryReader``) or whole (``load_gallery``)
 * :mod:`compat.embeddings.search`   exact inner-product top-k and chunked score matrices

@@ -1,8 +1,10 @@
 """A map on disk and in memory: ``weights.safetensors`` plus ``card.json`` in one folder.
 
-Weights first, the card last, each written atomically (:func:`compat.io.atomic_path`): a
-half-saved map has no card and is never loaded. Saving over an existing map removes its card
-first, so a kill between the two writes leaves no card that names other weights. On load the
+Saved through compat's one checked-output path (:mod:`compat.outputs`): the folder may be new,
+empty or a map folder (only ``weights.safetensors`` and a map's ``card.json``: :func:`map_owner`);
+anything else is refused (exit 2) and never touched. The weights and then the card are written
+into a new folder beside it, swapped in whole: a kill leaves the previous map or the new one,
+never a card beside other weights, and no half-saved map is ever loaded. On load the
 weights' sha256 must equal the card's (:func:`compat.models.version.read_verified`), and the
 tensors must have the card's shape; otherwise BadInputError (exit 4) naming the file.
 """
@@ -55,20 +57,41 @@ class Map(SpaceMap):
         return self.applier.apply(x, start)
 
 
-def save_map(folder: str | os.PathLike[str], fitted: Map) -> Path:
-    """Write ``fitted`` into ``folder`` (created if needed); returns the card's path."""
+def map_owner(folder: Path) -> str | None:
+    """None when ``folder`` holds a map and nothing else (``weights.safetensors``, a map's
+    ``card.json``): a save may replace it; else what it holds (:func:`compat.outputs.claim`)."""
+    from compat.errors import CompatError
+    from compat.outputs import folder_entries
+
+    extra = folder_entries(folder, lambda name: name in (WEIGHTS, CARD), "a map's")
+    if extra is not None:
+        return extra
+    if (folder / CARD).exists():
+        try:
+            read_map_card(folder)
+        except CompatError:
+            return f"its {CARD} is not a map's"
+    return None
+
+
+def save_map(folder: str | os.PathLike[str], fitted: Map, option: str = "--out") -> Path:
+    """Write ``fitted`` as the folder ``folder`` (module docstring: only a map folder or an empty
+    one is replaced, swapped in whole); returns the card's path. ``option`` names the folder in
+    a refusal."""
     from compat.io import atomic_path
+    from compat.outputs import claim, new_folder
 
     out = Path(folder)
     blob = weights_blob(fitted.applier.state())
     if fitted.card.weights_sha256 != _sha(blob):
         raise ValueError("the card's weights_sha256 does not match the weights to be saved")
-    (out / CARD).unlink(missing_ok=True)
-    with atomic_path(out / WEIGHTS, size=len(blob)) as tmp:
-        tmp.write_bytes(blob)
-    path = write_map_card(out, fitted.card)  # last: a half-finished save has no card
+    claim(out, "folder", map_owner, option, "a map folder")
+    with new_folder(out) as tmp:
+        with atomic_path(tmp / WEIGHTS, size=len(blob)) as part:
+            part.write_bytes(blob)
+        write_map_card(tmp, fitted.card)
     fitted.folder = out
-    return path
+    return out / CARD
 
 
 def _sha(blob: bytes) -> str:
@@ -103,4 +126,4 @@ def load_map(folder: str | os.PathLike[str], device: str = "cpu") -> Map:
     return Map(card, applier, path)
 
 
-__all__ = ["CARD", "WEIGHTS", "Map", "load_map", "save_map", "weights_blob"]
+__all__ = ["CARD", "WEIGHTS", "Map", "load_map", "map_owner", "save_map", "weights_blob"]

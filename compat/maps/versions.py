@@ -141,6 +141,10 @@ def embed_version(
     from compat.evaluate.manifest import label_codes
     from compat.models.card import read_model_card
 
+    if device is not None:
+        from compat.embeddings.search import resolve_device
+
+        resolve_device(device)  # unknown, or no such device here: exit 2, on a cache hit too
     folder = Path(models_dir) / version
     card = read_model_card(folder)
     codes = label_codes(items.labels)
@@ -240,49 +244,18 @@ def version_pairs(
 def write_embeddings(path: str | os.PathLike[str], bundle: EmbeddingBundle) -> Path:
     """``bundle`` written in the format its path names (:func:`compat.embeddings.formats.
     format_of`): an ``.npz`` bundle, an ``.npy`` matrix with a ``.meta.npz`` sidecar, or a
-    folder of Parquet shards with ``_compat.json``; each file atomically."""
-    from compat.embeddings.bundle import Sidecar, save_bundle, save_sidecar
-    from compat.embeddings.formats import (
-        format_of,
-        sidecar_of,
-        write_dataset_meta,
-        write_npy_header,
-        write_shard,
-    )
-    from compat.io import atomic_path
+    folder of Parquet shards with ``_compat.json``, through the one checked-output path
+    (:func:`compat.embeddings.gallery_out.write_gallery`): only a gallery a compat command wrote
+    is replaced, nothing half-written."""
+    from compat.embeddings.gallery_out import write_gallery
 
-    out = Path(path)
-    fmt = format_of(out)
-    if fmt == "npz":
-        return save_bundle(out, bundle)
-    if fmt == "npy":
-        emb = np.ascontiguousarray(bundle.embeddings, dtype=np.float32)
-        with atomic_path(out, size=emb.nbytes + 128) as tmp, open(tmp, "wb") as f:
-            write_npy_header(f, *emb.shape)
-            f.write(emb.tobytes())
-        save_sidecar(
-            sidecar_of(out),
-            Sidecar(
-                labels=np.asarray(bundle.labels),
-                ids=None if bundle.ids is None else np.asarray(bundle.ids, dtype=np.str_),
-                row_versions=None,
-                version=bundle.version,
-                fingerprint=bundle.fingerprint,
-                meta=dict(bundle.meta),
-            ),
-        )
-        return out
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a folder (Parquet output is a folder)")
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.parquet"):
-        old.unlink()
-    ids = np.asarray(bundle.ids if bundle.ids is not None else
-                     [str(i) for i in range(len(bundle))], dtype=np.str_)  # fmt: skip
-    with atomic_path(out / "part-00000.parquet") as tmp:
-        write_shard(tmp, ids, bundle.embeddings, np.asarray(bundle.labels), None)
-    write_dataset_meta(out, bundle.version, bundle.fingerprint, dict(bundle.meta))
-    return out
+    emb = np.ascontiguousarray(bundle.embeddings, dtype=np.float32)
+    return write_gallery(
+        path, emb.shape[0], emb.shape[1], [(0, emb)],
+        ids=None if bundle.ids is None else np.asarray(bundle.ids, dtype=np.str_),
+        labels=np.asarray(bundle.labels), version=bundle.version,
+        fingerprint=bundle.fingerprint, meta=dict(bundle.meta),
+    )  # fmt: skip
 
 
 __all__ = [

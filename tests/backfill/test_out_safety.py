@@ -83,7 +83,7 @@ def test_out_folder_holding_other_files_is_refused_and_kept(psi_and_gallery):
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
     before = _snapshot(root)
-    with pytest.raises(UsageError, match=r"holds files a backfill did not write \(notes\.txt\)"):
+    with pytest.raises(UsageError, match=r"holds files that are not a gallery's \(notes\.txt\)"):
         _run(root, out=out)
     assert _snapshot(root) == before
     # an empty folder holds nothing to lose: it becomes the output
@@ -97,7 +97,7 @@ def test_a_parquet_gallery_no_backfill_wrote_is_not_replaced(psi_and_gallery):
     (theirs / "batch-000000.parquet").write_bytes((theirs / "part-0000.parquet").read_bytes())
     (theirs / "part-0000.parquet").unlink()  # named like compat's shards, but no backfill meta
     before = _snapshot(root)
-    with pytest.raises(UsageError, match="a Parquet gallery no backfill wrote"):
+    with pytest.raises(UsageError, match="not a gallery compat backfill wrote"):
         _run(root, out=theirs)
     assert _snapshot(root) == before
 
@@ -113,7 +113,7 @@ def test_a_file_no_backfill_wrote_is_not_replaced(psi_and_gallery, kit, fmt):
         np.save(out, bundle.embeddings)
         save_sidecar(root / "mine.meta.npz", Sidecar(bundle.labels, None, None, "v1", None, {}))
     before = _snapshot(root)
-    with pytest.raises(UsageError, match="a backfill did not write"):
+    with pytest.raises(UsageError, match="not a gallery compat backfill wrote"):
         _run(root, out=out)
     assert _snapshot(root) == before
     # a backfill's own output is replaced (run twice into the same --out)
