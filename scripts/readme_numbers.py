@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Every number in the README's result tables, generated from the committed metrics.
+"""Every number in the documents, generated from the committed metrics.
 
-    python scripts/readme_numbers.py           # rewrite the marked blocks of README.md
-    python scripts/readme_numbers.py --check   # exit 1, naming each block that differs
+    python scripts/readme_numbers.py           # rewrite the marked blocks of every document
+    python scripts/readme_numbers.py --check   # exit 1, naming each document and block that differs
     python scripts/readme_numbers.py --snapshot COMMIT
         # keep COMMIT's default-chain metrics (from git) as metrics/runs/COMMIT.json: the
         # committed record of a run on another machine, for the spread across machines
 
-A block is the text between ``<!-- numbers: NAME -->`` and ``<!-- /numbers -->``; NAME picks
-the generator below, and each generator reads only committed files (``metrics/``,
+The documents are README.md, docs/*.md and experiments/*/README.md. A block is the text
+between ``<!-- numbers: NAME -->`` and ``<!-- /numbers -->``, an inline value the text between
+``<!-- value: NAME -->`` and ``<!-- /value -->`` on one line; NAME picks the generator below
+(one generator may fill blocks in several documents), and each generator reads only committed files (``metrics/``,
 ``metrics/runs/``, ``experiments/*/metrics``, ``experiments/bict/results``,
 ``benchmarks/results``). What depends on the machine (psi kept or refused, exact values) is
 worded as the committed run's outcome, beside the spread seen on the other runs kept under
@@ -18,6 +20,7 @@ worded as the committed run's outcome, beside the spread seen on the other runs 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
@@ -28,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- numbers: ([\w-]+) -->\n)(.*?)(<!-- /numbers -->)", re.S)
+# A number inside a sentence or a table cell: <!-- value: NAME -->1,100 x 300<!-- /value -->
+INLINE = re.compile(r"(<!-- value: ([\w-]+) -->)([^\n]*?)(<!-- /value -->)")
 
 
 def _json(rel: str) -> Any:
@@ -76,49 +80,106 @@ def _gain_text(g: dict[str, Any]) -> str:
     return text
 
 
+def _fine_tunes(version: str, params_rel: str = "params.yaml") -> str | None:
+    """The version ``version`` starts from (its parent, when its params make it fine-tune), or
+    None: ``init: parent``, or ``init: auto`` for the methods that fine-tune by default."""
+    import yaml
+
+    train = yaml.safe_load((ROOT / params_rel).read_text("utf-8"))["train"]
+    cfg = train.get(version) or {}
+    init, parent = cfg.get("init", "auto"), cfg.get("parent")
+    if parent and (init == "parent" or (init == "auto" and cfg.get("method") in ("bct", "bct-kd"))):
+        return parent
+    return None
+
+
+def _gains(d: dict[str, Any]) -> str:
+    gains = d["gain"]["identification"]["top1"]
+    return "; ".join(f"{new} over {old} {_gain_text(g)}" for new, per in gains.items() for old, g in per.items())  # fmt: skip
+
+
+def _above(d: dict[str, Any]) -> list[str]:
+    gains = d["gain"]["identification"]["top1"]
+    return [
+        f"{new} over {old}" for new, per in gains.items() for old, g in per.items()
+        if g.get("value") is not None and g["value"] > 1
+    ]  # fmt: skip
+
+
+PAPERS_PARAGONS = "experiments/adapters/metrics/compat.json"
+
+
+def _papers_gains() -> str:
+    """The update gains against the papers' paragons (models trained from scratch without any
+    compatibility term: experiments/adapters' v2-scratch and v3-scratch), on that experiment's
+    own run of the default chain."""
+    a = _json(PAPERS_PARAGONS)
+    m = a["matrix"]["identification"]
+    first = a["chain"][0]
+    paragons = ", ".join(f"{p} {pair(_cell(m, 'top1', p, p), _cell(m, 'mAP', p, p))}" for p in a["paragon"].values())  # fmt: skip
+    text = (
+        f"Against the papers' paragons (trained from scratch with no compatibility term: "
+        f"{paragons}; `experiments/adapters/`, its own run of the same chain, M({first}, {first}) "
+        f"{pair(_cell(m, 'top1', first, first), _cell(m, 'mAP', first, first))}): {_gains(a)}."
+    )
+    above = _above(a)
+    if above:
+        text += (
+            f" Above 100% ({', '.join(above)}) the version, which fine-tunes its parent, beats "
+            "a paragon trained from scratch: that paragon bounds nothing there."
+        )
+    return text
+
+
 def default_chain_notes() -> str:
-    """Paragons, the criterion, the update gains and psi's outcome on the committed run."""
+    """Paragons, the criterion, the update gains against both paragons and psi's outcome on the
+    committed run."""
     d = _json("metrics/compat.json")
     chain, m = d["chain"], d["matrix"]["identification"]
-    diff, gains = d["difference"]["identification"]["top1"], d["gain"]["identification"]["top1"]
+    diff = d["difference"]["identification"]["top1"]
     paragons = d["paragon"]
     out = []
     para = ", ".join(
         f"{p} {pair(_cell(m, 'top1', p, p), _cell(m, 'mAP', p, p))}" for p in paragons.values()
     )
     out.append(
-        f"Paragons (each version trained the way it is, minus the compatibility terms): {para}."
+        "Fine-tuned paragons (each version trained the way it is, minus the compatibility terms, "
+        f"from the same start): {para}."
     )
     crosses = [(q, g) for i, q in enumerate(chain) for g in chain[:i]]
     held = [(q, g) for q, g in crosses if (diff.get(q, {}).get(g) or {}).get("lower_bound", -1) > 0]
     if len(held) == len(crosses):
+        last, first = chain[-1], chain[0]
+        start = _fine_tunes(last)
+        before = _fine_tunes(start) if start else None
+        tail = (
+            f" ({first} took no part in {last}'s training loss, but {last} starts from {start}'s "
+            "weights" + (f", which started from {before}'s)" if before else ")")
+            if start
+            else f" ({first} took no part in {last}'s training)"
+        )
         out.append(
             "Every cross test beats the old self test with 95% confidence (the lower bound of the "
             f"paired top-1 difference is above 0 for all {len(crosses)} pairs): "
-            f"{chain[-1]} serves {chain[0]}'s gallery though {chain[0]} never took part in "
-            f"training {chain[-1]}."
+            f"{last}, trained against {chain[-2]} only, serves {first}'s gallery{tail}."
         )
     else:
         failed = ", ".join(f"M({q}, {g})" for q, g in crosses if (q, g) not in held)
         out.append(f"The criterion does not hold with 95% confidence for {failed}.")
-    gain_texts = [
-        f"{new} over {old} {_gain_text(g)}" for new, per in gains.items() for old, g in per.items()
-    ]
     out.append(
-        "Update gains (BCT Eq. 9, top-1, 95% bootstrap interval, each against the new version's "
-        "own paragon): " + "; ".join(gain_texts) + "."
+        "Update gains (BCT Eq. 9, top-1, 95% bootstrap interval) against the fine-tuned "
+        f"paragons: {_gains(d)}."
     )
-    above = [
-        f"{new} over {old}" for new, per in gains.items() for old, g in per.items()
-        if g.get("value") is not None and g["value"] > 1
-    ]  # fmt: skip
+    above = _above(d)
     if above:
         out.append(
             f"A gain above 100% ({', '.join(above)}) says the version beats its paragon's self "
             "test: that paragon is weaker than the version and bounds nothing."
         )
     else:
-        out.append("No gain is above 100%: each paragon bounds its version.")
+        out.append("None is above 100%: each fine-tuned paragon bounds its version.")
+    if (ROOT / PAPERS_PARAGONS).exists():
+        out.append(_papers_gains())
     for new, fwd in d.get("forward", {}).items():
         out.append(_psi_text(new, fwd))
     env = d.get("environment")
@@ -199,29 +260,81 @@ def _fwd(forward: float, backward: float) -> str:
 # --- experiments/hard ----------------------------------------------------------------------
 
 
-def hard() -> str:
-    """The hard configuration's committed run: M(v1, v1), backward, forward, the gate's bound."""
-    d = _json("experiments/hard/metrics/compat.json")
-    m = d["matrix"]["identification"]
+HARD = "experiments/hard/metrics"
+
+
+def _hard_verdict(d: dict[str, Any]) -> tuple[list[float], str]:
     diff = d["difference"]["identification"]
-    fwd = d["forward"]["v2"]["metrics"]["identification"]
     bound = [diff[k]["v2"]["v1"]["lower_bound"] for k in ("top1", "mAP")]
-    verdict = "holds" if min(bound) > 0 else "fails"
+    return bound, "holds" if min(bound) > 0 else "fails"
+
+
+def hard() -> str:
+    """The hard configuration's committed run: M(v1, v1), backward, forward, self, the gate's
+    bound."""
+    d = _json(f"{HARD}/compat.json")
+    m = d["matrix"]["identification"]
+    fwd = d["forward"]["v2"]["metrics"]["identification"]
+    bound, verdict = _hard_verdict(d)
     psi = d["forward"]["v2"].get("psi") or {}
     kept = (
         "psi refused" if psi.get("refused") else ("psi kept" if "refused" in psi else "psi outcome not recorded")
     )  # fmt: skip
     return "\n".join(
         [
-            "| | M(v1, v1) | backward M(v2, v1) | forward M(v2, psi(v1)) | gate lower bound, top-1 / mAP |",
-            "|---|---|---|---|---|",
+            "| | M(v1, v1) | backward M(v2, v1) | forward M(v2, psi(v1)) | self M(v2, v2) | gate lower bound, top-1 / mAP |",
+            "|---|---|---|---|---|---|",
             f"| committed run (v2 fine-tunes v1, bct with its alignment term `l2: 3`; {kept}) | "
             f"{pair(_cell(m, 'top1', 'v1', 'v1'), _cell(m, 'mAP', 'v1', 'v1'))} | "
             f"{pair(_cell(m, 'top1', 'v2', 'v1'), _cell(m, 'mAP', 'v2', 'v1'))} | "
             f"{pair(fwd['top1']['forward'], fwd['mAP']['forward'])} | "
+            f"{pair(_cell(m, 'top1', 'v2', 'v2'), _cell(m, 'mAP', 'v2', 'v2'))} | "
             f"{100 * bound[0]:+.1f} / {100 * bound[1]:+.1f}: {verdict} |",
         ]
     )  # fmt: skip
+
+
+def hard_notes() -> str:
+    """What the hard configuration's committed run says beside its table: verification, psi's
+    settings and outcome, and the validation classes' run (experiments/hard/metrics/)."""
+    import yaml
+
+    from compat.maps.psi_config import UpgradeConfig
+
+    d = _json(f"{HARD}/compat.json")
+    out = []
+    v = d["matrix"].get("verification", {}).get("tar@far=0.001")
+    if v:
+        better = "above" if v["v2"]["v1"] > v["v1"]["v1"] else "below"
+        out.append(
+            f"Verification (TAR at FAR 0.001, which the gate does not read): M(v2, v1) "
+            f"{pct(v['v2']['v1'])} against M(v1, v1) {pct(v['v1']['v1'])}, {better} it; "
+            f"M(v2, v2) {pct(v['v2']['v2'])}."
+        )
+    params = yaml.safe_load((ROOT / "experiments/hard/params.yaml").read_text("utf-8"))
+    cfg = UpgradeConfig.model_validate(params["upgrade"]["v2"])
+    psi = d["forward"]["v2"].get("psi") or {}
+    if psi.get("refused"):
+        outcome = f"; on this run it was refused: {psi['refused']}."
+    else:
+        outcome = "; on this run it was kept." if "refused" in psi else "."
+    out.append(
+        f"psi ({'residual, starting as the identity' if cfg.residual else 'a plain MLP'}) holds out "
+        f"{100 * cfg.val_fraction:g}% of v2's training classes, keeps its best epoch on them "
+        f"(patience {cfg.patience}) and is refused unless the {cfg.confidence:g} lower bound of "
+        f"its held-out top-1 gain is above {cfg.min_gain:g}" + outcome
+    )
+    if (ROOT / HARD / "validation" / "compat.json").exists():
+        val = _json(f"{HARD}/validation/compat.json")
+        vm = val["matrix"]["identification"]
+        bound, verdict = _hard_verdict(val)
+        out.append(
+            f"On the validation classes (the `validate` stage, where choices are made): M(v1, v1) "
+            f"{pair(_cell(vm, 'top1', 'v1', 'v1'), _cell(vm, 'mAP', 'v1', 'v1'))}, M(v2, v1) "
+            f"{pair(_cell(vm, 'top1', 'v2', 'v1'), _cell(vm, 'mAP', 'v2', 'v1'))}, lower bounds "
+            f"{100 * bound[0]:+.1f} / {100 * bound[1]:+.1f}: the criterion {verdict} there."
+        )
+    return "\n".join(_wrap(" ".join(out)))
 
 
 # --- query adapters (metrics/adapters.json, metrics/adapted.json) --------------------------
@@ -376,12 +489,12 @@ def _result5() -> dict[str, str]:
     lb = d["difference"]["identification"]["top1"][last][first]["lower_bound"]
     return {
         "result": "5 chain v1 -> v2 -> v3",
-        "expected": "v3 compatible with v1 (never trained against it)",
+        "expected": "v3 compatible with v1 (v3 trained against v2 only)",
         "measured": (
             f"M({last},{first}) {pair(_cell(m, 'top1', last, first), _cell(m, 'mAP', last, first))} "
             f"vs M({first},{first}) {pair(_cell(m, 'top1', first, first), _cell(m, 'mAP', first, first))} "
             "(the default chain, metrics/compat.json: each version fine-tunes its parent with "
-            "bct's alignment term)"
+            "bct's alignment term, so v3 descends from v1's weights through v2)"
         ),
         "verdict": "held" if lb > 0 else "did not hold",
     }
@@ -426,17 +539,34 @@ def _result7() -> dict[str, str]:
         if r["psi_refused"]
     )
     verdict = s["verdict"] + (f" ({'; '.join(s['reasons'])})" if s["reasons"] else "")
+    points = len(s["points"])
+    above_all = sum(r["forward_above_backward"] for r in per.values())
+    rising = sum(_curve_rises(name) for name in s["points"])
     return {
         "result": "7 bict lambda",
-        "expected": "M(new, old) peaks at an intermediate lambda; forward beats backward at small lambda",
+        "expected": (
+            "M(new, psi(old)) > M(new, old); upgrading more of the gallery raises retrieval "
+            "steadily; M(new, old) peaks at an intermediate lambda (judged: the peak, and forward "
+            "above backward at every lambda below it)"
+        ),
         "measured": (
             f"backward top-1 by lambda, mean [min, max] over seeds: {backward}; peak at lambda "
             f"{key}{f' ({spread})' if spread else ''}; forward above backward on {counts} seeds "
-            f"(lambda {', '.join(per)}); psi refused on {refused or 'no point'} "
+            f"(lambda {', '.join(per)}); psi refused on {refused or 'no point'}; not judged: "
+            f"forward above backward on {above_all} of {points} points, a partial-backfill curve "
+            f"rising at every step on {rising} of {points} "
             "(experiments/bict/results/lambda.md, with the rules)"
         ),
-        "verdict": verdict,
+        "verdict": f"{verdict} (the judged parts)",
     }
+
+
+def _curve_rises(point: str) -> bool:
+    """Whether a sweep point's partial-backfill curve (top-1) rises at every step."""
+    d = _json(f"experiments/bict/metrics/{point}/compat.json")
+    top1 = d["forward"][point]["metrics"]["identification"]["top1"]
+    curve = [c["value"] for c in top1.get("curve") or []]
+    return len(curve) > 1 and all(b > a for a, b in itertools.pairwise(curve))
 
 
 def _result8() -> dict[str, str]:
@@ -584,11 +714,152 @@ def sequence() -> str:
     )  # fmt: skip
 
 
+def _sequence_matrix(method: str) -> tuple[list[str], dict[str, Any]]:
+    d = _json(f"experiments/sequence/metrics/{method}/compat.json")
+    return d["chain"], d["matrix"]["identification"]["top1"]
+
+
+def _replacements() -> list[str]:
+    """The sequence's replacement versions (tasks that start from a pre-trained model, not
+    from the task before; task 1 is not a replacement), as experiments/sequence/params.yaml
+    trains them."""
+    import yaml
+
+    params = yaml.safe_load((ROOT / "experiments/sequence/params.yaml").read_text("utf-8"))
+    tasks = {v: c for v, c in params["train"].items() if v.startswith("hoc-t")}
+    return sorted((v for v, c in tasks.items() if str(c.get("parent", "")).startswith("hoc-pre")), key=lambda v: int(v.split("-t")[1]))[1:]  # fmt: skip
+
+
+def sequence_replacements() -> str:
+    """Each hoc replacement against every older gallery's own self test, for both galleries:
+    where it beats the gallery's model, and where not (experiments/sequence/metrics)."""
+    reps = _replacements()
+    out = []
+    for method, name in (("hoc-template", "template gallery"), ("hoc", "instance gallery")):
+        chain, m = _sequence_matrix(method)
+        pairs = [(r, g) for r in reps for g in chain[: chain.index(r)]]
+        lost = [(r, g) for r, g in pairs if not m[r][g] > m[g][g]]
+        short = lambda v: v.removeprefix("hoc-")  # noqa: E731
+        if not lost:
+            out.append(
+                f"On the {name} each replacement ({', '.join(map(short, reps))}) searches every "
+                f"older gallery better than that gallery's own model ({len(pairs)} of "
+                f"{len(pairs)} pairs)."
+            )
+        else:
+            worse = ", ".join(f"{short(r)} on {short(g)} {pct(m[r][g])} against {pct(m[g][g])}" for r, g in lost)  # fmt: skip
+            out.append(
+                f"On the {name} a replacement beats the older gallery's own model on "
+                f"{len(pairs) - len(lost)} of {len(pairs)} pairs; not on {worse} (top-1)."
+            )
+    return "\n".join(_wrap(" ".join(out)))
+
+
+def sequence_source() -> str:
+    """The sequence experiment's source size (inline): classes x images per class."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "experiments/sequence/params.yaml").read_text("utf-8"))["data"]
+    return f"{data['classes']:,} x {data['images_per_class']}"
+
+
+def headline() -> str:
+    """The README's few sentences: the criterion on the chain, the gains against both
+    paragons, psi's outcome."""
+    d = _json("metrics/compat.json")
+    chain = d["chain"]
+    diff = d["difference"]["identification"]["top1"]
+    crosses = [(q, g) for i, q in enumerate(chain) for g in chain[:i]]
+    held = [(q, g) for q, g in crosses if (diff.get(q, {}).get(g) or {}).get("lower_bound", -1) > 0]
+    out = []
+    if len(held) == len(crosses):
+        out.append(
+            f"Every new version's queries search every older gallery better than that gallery's "
+            f"own model, with 95% confidence ({len(crosses)} of {len(crosses)} pairs; "
+            f"{chain[-1]} was trained against {chain[-2]} only)."
+        )
+    else:
+        failed = ", ".join(f"M({q}, {g})" for q, g in crosses if (q, g) not in held)
+        out.append(f"The criterion does not hold with 95% confidence for {failed}.")
+    gains = d["gain"]["identification"]["top1"]
+    fine = ", ".join(f"{pct(g['value'], 0)}%" for per in gains.values() for g in per.values())
+    pairs = ", ".join(f"{n} over {o}" for n, per in gains.items() for o in per)
+    text = f"Update gains ({pairs}; top-1): {fine} against the fine-tuned paragons"
+    if (ROOT / PAPERS_PARAGONS).exists():
+        a = _json(PAPERS_PARAGONS)["gain"]["identification"]["top1"]
+        papers = ", ".join(f"{pct(g['value'], 0)}%" for per in a.values() for g in per.values())
+        text += f", {papers} against the papers' paragons trained from scratch"
+    out.append(
+        text + " ([what the two paragons are](docs/concepts.md#the-paragon-and-the-update-gain))."
+    )
+    for new, fwd in d.get("forward", {}).items():
+        psi = fwd.get("psi") or {}
+        old = fwd["from"]
+        if psi.get("refused"):
+            out.append(
+                f"psi ({old} -> {new}) was refused on this run: it did not beat leaving {old}'s "
+                "gallery alone on held-out training classes with 95% confidence, so nothing is "
+                "upgraded."
+            )
+        elif "refused" in psi:
+            t = fwd["metrics"]["identification"]["top1"]
+            out.append(
+                f"psi ({old} -> {new}) was kept on this run: M({new}, psi({old})) "
+                f"{pct(t['forward'])} against M({new}, {old}) {pct(t['backward'])} top-1."
+            )
+    env = d.get("environment")
+    if env:
+        out.append(f"Produced on: {_machine(env)}.")
+    return "\n".join(_wrap(" ".join(out)))
+
+
+def _console(command: list[str], output: str) -> str:
+    return "\n".join(["```console", "$ " + " ".join(command), output.rstrip("\n"), "```"])
+
+
+def metrics_show() -> str:
+    """``dvc metrics show`` on the committed metrics, as DVC prints it (200 columns)."""
+    import os
+
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    r = subprocess.run(
+        [dvc, "metrics", "show"], cwd=ROOT, capture_output=True, text=True, check=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    return _console(["dvc", "metrics", "show"], r.stdout)
+
+
+def contract_validate() -> str:
+    """``compat contract validate contracts/*.yaml`` on the committed contracts."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from compat.cli.main import app
+
+    files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "contracts").glob("*.yaml"))
+    here = os.getcwd()
+    try:
+        os.chdir(ROOT)
+        r = CliRunner().invoke(app, ["contract", "validate", *files])
+    finally:
+        os.chdir(here)
+    if r.exit_code != 0:
+        raise SystemExit(f"error: compat contract validate exited {r.exit_code}: {r.output}")
+    return _console(["compat", "contract", "validate", "contracts/*.yaml"], r.output)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "default-chain": default_chain,
     "default-chain-notes": default_chain_notes,
     "default-chain-spread": default_chain_spread,
     "hard": hard,
+    "hard-notes": hard_notes,
+    "headline": headline,
+    "metrics-show": metrics_show,
+    "contract-validate": contract_validate,
+    "sequence-replacements": sequence_replacements,
+    "sequence-source": sequence_source,
     "adapters": adapters,
     "adapters-scratch": adapters_scratch,
     "adapters-scratch-notes": adapters_scratch_notes,
@@ -609,20 +880,39 @@ def _wrap(text: str, width: int = 100) -> list[str]:
     return [*lines, line] if line else lines
 
 
-def render(readme: str) -> tuple[str, list[str]]:
-    """``readme`` with every block regenerated, and the names of the blocks that changed."""
+def documents(root: Path | None = None) -> list[Path]:
+    """Every document that may hold generated numbers: the README, docs/*.md and each
+    experiment's README."""
+    root = root or ROOT
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted(root.glob("experiments/*/README.md"))]  # fmt: skip
+
+
+def render(text: str, cache: dict[str, str] | None = None, where: str = "README.md") -> tuple[str, list[str]]:  # fmt: skip
+    """``text`` with every block and inline value regenerated, and the names of those that
+    changed. ``cache`` keeps each generator's output for the other documents of one run."""
+    cache = {} if cache is None else cache
     changed: list[str] = []
 
-    def one(m: re.Match[str]) -> str:
-        name = m.group(2)
+    def generated(name: str) -> str:
         if name not in GENERATORS:
-            raise SystemExit(f"error: README.md: block {name!r}: no generator; known: {', '.join(GENERATORS)}")  # fmt: skip
-        body = GENERATORS[name]() + "\n"
+            raise SystemExit(f"error: {where}: block {name!r}: no generator; known: {', '.join(GENERATORS)}")  # fmt: skip
+        if name not in cache:
+            cache[name] = GENERATORS[name]()
+        return cache[name]
+
+    def block(m: re.Match[str]) -> str:
+        body = generated(m.group(2)) + "\n"
         if body != m.group(3):
-            changed.append(name)
+            changed.append(m.group(2))
         return m.group(1) + body + m.group(4)
 
-    return BLOCK.sub(one, readme), changed
+    def inline(m: re.Match[str]) -> str:
+        value = generated(m.group(2))
+        if value != m.group(3):
+            changed.append(m.group(2))
+        return m.group(1) + value + m.group(4)
+
+    return INLINE.sub(inline, BLOCK.sub(block, text)), changed
 
 
 def snapshot(commit: str) -> Path:
@@ -660,19 +950,26 @@ def main(argv: list[str] | None = None) -> int:
     if a.snapshot:
         print(f"wrote {snapshot(a.snapshot).relative_to(ROOT)}")
         return 0
-    text = README.read_text(encoding="utf-8")
-    new, changed = render(text)
+    cache: dict[str, str] = {}
+    stale: list[str] = []
+    for path in documents():
+        where = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+        text = path.read_text(encoding="utf-8")
+        new, changed = render(text, cache, where)
+        if not changed:
+            continue
+        stale.append(f"{where}: {', '.join(changed)}")
+        if not a.check:
+            from compat.io import atomic_path
+
+            with atomic_path(path) as tmp:
+                tmp.write_text(new, encoding="utf-8")
     if a.check:
-        if changed:
-            print(f"README.md: blocks out of date with the committed metrics: {', '.join(changed)}; run python scripts/readme_numbers.py", file=sys.stderr)  # fmt: skip
+        if stale:
+            print(f"blocks out of date with the committed metrics: {'; '.join(stale)}; run python scripts/readme_numbers.py", file=sys.stderr)  # fmt: skip
             return 1
         return 0
-    if changed:
-        from compat.io import atomic_path
-
-        with atomic_path(README) as tmp:
-            tmp.write_text(new, encoding="utf-8")
-    print(f"README.md: {len(changed)} block(s) rewritten" + (f": {', '.join(changed)}" if changed else ""))  # fmt: skip
+    print(f"{len(stale)} document(s) rewritten" + (f": {'; '.join(stale)}" if stale else ""))
     return 0
 
 

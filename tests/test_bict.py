@@ -272,14 +272,15 @@ def test_readme_row_7_states_the_computed_verdict(summarize, tmp_path, monkeypat
         row = numbers._result7()
         table = numbers.bict_lambda()
         if name == "held":
-            assert row["verdict"] == "held"
+            assert row["verdict"] == "held (the judged parts)"
             assert "58.5 [58.0, 59.0] (10)" in row["measured"]
             assert "peak at lambda 10 (above the seed spread of lambda 3 and 30)" in row["measured"]
             assert "forward above backward on 1/1, 1/1, 2/2, 1/2, 0/2 seeds" in row["measured"]
             assert "psi refused on 2/2 seeds at lambda 30" in row["measured"]
         else:
             assert row["verdict"] == (
-                "did not hold (the peak at lambda 10 is within the seed spread of lambda 30)"
+                "did not hold (the peak at lambda 10 is within the seed spread of lambda 30) "
+                "(the judged parts)"
             )
             assert "(above the seed spread of lambda 3; within that of lambda 30)" in row["measured"]  # fmt: skip
         assert re.search(r"^\| 30 \| 2, 3 \| 50\.0 / 25\.0 \| .* \| 0/2 \| 2/2 \|$", table, re.M)

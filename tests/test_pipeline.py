@@ -242,14 +242,14 @@ def test_every_declared_plot_renders(committed: Path):
 
 
 def _readme_exp_show() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "experiments.md").read_text(encoding="utf-8")
     lines = [line for line in text.splitlines() if line.startswith("dvc exp show --hide-queued")]
     assert len(lines) == 1, lines
     return lines[0]
 
 
 def test_readme_exp_show_example_selects_real_columns(committed: Path):
-    """The README's ``dvc exp show`` line, run as written, keeps the columns it promises: a
+    """docs/experiments.md's ``dvc exp show`` line, run as written, keeps the columns it promises: a
     metric column and the swept params, with values in the workspace row."""
     import shlex
 

@@ -1,6 +1,6 @@
-"""The README's result tables and notes are what scripts/readme_numbers.py generates from the
-committed metrics: a number edited by hand, or metrics committed without regenerating the
-README, fails here."""
+"""Every generated block of every document (README.md, docs/*.md, experiments/*/README.md) is
+what scripts/readme_numbers.py generates from the committed metrics: a number edited by hand,
+or metrics committed without regenerating the documents, fails here."""
 
 from __future__ import annotations
 
@@ -22,19 +22,25 @@ def _script():
     return module
 
 
-def test_the_readme_agrees_with_the_committed_metrics():
+def test_the_documents_agree_with_the_committed_metrics():
     numbers = _script()
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    _, changed = numbers.render(text)
-    assert changed == [], f"run python scripts/readme_numbers.py: {changed} differ"
     assert numbers.main(["--check"]) == 0
+
+
+def test_the_documents_are_the_readme_docs_and_experiments():
+    numbers = _script()
+    names = {p.relative_to(ROOT).as_posix() for p in numbers.documents()}
+    assert {"README.md", "docs/results.md", "docs/reference.md", "experiments/hard/README.md"} <= names  # fmt: skip
 
 
 def test_every_block_has_a_generator_and_every_generator_a_block():
     numbers = _script()
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    names = [m.group(2) for m in numbers.BLOCK.finditer(text)]
-    assert sorted(names) == sorted(numbers.GENERATORS)
+    used = set()
+    for path in numbers.documents():
+        text = path.read_text(encoding="utf-8")
+        used |= {m.group(2) for m in numbers.BLOCK.finditer(text)}
+        used |= {m.group(2) for m in numbers.INLINE.finditer(text)}
+    assert used == set(numbers.GENERATORS)
 
 
 def test_a_hand_edited_number_is_caught(tmp_path, monkeypatch):
@@ -48,6 +54,17 @@ def test_a_hand_edited_number_is_caught(tmp_path, monkeypatch):
     assert changed == ["default-chain"]
     readme = tmp_path / "README.md"
     readme.write_text(edited, encoding="utf-8")
-    monkeypatch.setattr(numbers, "README", readme)
+    monkeypatch.setattr(numbers, "documents", lambda: [readme])
+    monkeypatch.setattr(numbers, "ROOT", ROOT)
     assert numbers.main(["--check"]) == 1
     assert numbers.main([]) == 0 and readme.read_text(encoding="utf-8") == text
+
+
+def test_a_hand_edited_inline_value_is_caught():
+    numbers = _script()
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    value = numbers.sequence_source()
+    marked = f"<!-- value: sequence-source -->{value}<!-- /value -->"
+    assert marked in text
+    _, changed = numbers.render(text.replace(marked, marked.replace(value, "1,050 x 300")))
+    assert changed == ["sequence-source"]

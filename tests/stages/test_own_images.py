@@ -1,5 +1,5 @@
-"""The README's "Your own images" recipe in one step (issue 29): the project's own params.yaml
-with only its ``data:`` block replaced by the README's folder block, on a generated 20-class
+"""docs/own-images.md's "Your own images" recipe in one step (issue 29): the project's own params.yaml
+with only its ``data:`` block replaced by that page's folder block, on a generated 20-class
 folder, runs data and split (sizes given as shares or ``auto`` scale to the source), one short
 train and the evaluate stage, as DVC runs them."""
 
@@ -19,10 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _readme_folder_block() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Your own images") :]
+    text = (REPO / "docs" / "own-images.md").read_text(encoding="utf-8")
+    section = text[text.index("## Your own images") :]
     block = re.search(r"```yaml\n(data:\n  kind: folder.*?)```", section, re.S)
-    assert block, "the README's folder recipe"
+    assert block, "docs/own-images.md's folder recipe"
     return block.group(1)
 
 
