@@ -755,6 +755,32 @@ def sequence_replacements() -> str:
     return "\n".join(_wrap(" ".join(out)))
 
 
+def _sequence_gallery(gallery: str) -> str:
+    """The sequence's AC/AA/BC/FC table and matrices for one gallery kind, as
+    experiments/sequence/summarize.py prints them, from its committed metrics."""
+    import yaml
+
+    folder = ROOT / "experiments" / "sequence"
+    summarize = _script("sequence_summarize", folder / "summarize.py")
+    sections = yaml.safe_load((folder / "evaluate.yaml").read_text("utf-8"))
+    train = yaml.safe_load((folder / "params.yaml").read_text("utf-8")).get("train", {})
+    marks = set().union(*(summarize.replaced(train, s["chain"]) for s in sections.values()))
+    group = {
+        name: _json(f"experiments/sequence/metrics/{name}/compat.json")
+        for name, section in sections.items()
+        if section.get("gallery", "instance") == gallery
+    }
+    return summarize.markdown(group, marks, "identification", "top1")
+
+
+def sequence_instance() -> str:
+    return _sequence_gallery("instance")
+
+
+def sequence_template() -> str:
+    return _sequence_gallery("template")
+
+
 def sequence_source() -> str:
     """The sequence experiment's source size (inline): classes x images per class."""
     import yaml
@@ -860,6 +886,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "contract-validate": contract_validate,
     "sequence-replacements": sequence_replacements,
     "sequence-source": sequence_source,
+    "sequence-instance": sequence_instance,
+    "sequence-template": sequence_template,
     "adapters": adapters,
     "adapters-scratch": adapters_scratch,
     "adapters-scratch-notes": adapters_scratch_notes,
