@@ -3,8 +3,10 @@ a new model's queries mapped into the old space, so the old gallery is served wi
 
 Reads params.yaml ``adapt`` (:class:`compat.maps.adapt_config.AdaptConfig` per map),
 ``models/<new>/`` and ``models/<old>/``, ``splits/<split>.json`` (the new version's training
-split, from its card), ``data/source.json`` and ``splits/eval.json`` (its query count sizes the
-apply-cost measurement). Pairs are embedded through ``cache/embeddings/``. Writes
+split, from its card), ``data/source.json``, ``splits/eval.json`` (its query count sizes the
+apply-cost measurement) and, when the split has one, ``splits/validation.json`` (classes no
+model was trained on: each map is checked there as the gate judges, and that check decides;
+:mod:`compat.maps.verdict`). Pairs are embedded through ``cache/embeddings/``. Writes
 ``maps/<name>/{weights.safetensors,card.json}`` per map and ``metrics/adapters.json``.
 
 A map whose held-out check refuses it is still written (its card says why, with both numbers;
@@ -37,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maps", default="maps")
     parser.add_argument("--metrics", default="metrics/adapters.json")
     parser.add_argument("--eval-manifest", default="splits/eval.json")
+    parser.add_argument(
+        "--check-split",
+        default="splits/validation.json",
+        help="the held-out set the maps are checked on as the gate judges (when it exists)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no embedding progress")
     args = parser.parse_args([] if argv is None else argv)
 
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             maps_dir=args.maps,
             metrics_path=args.metrics,
             eval_manifest=Path(args.eval_manifest),
+            check_split=Path(args.check_split),
             progress=not args.no_progress,
             report=lambda line: print(line, flush=True),
         )

@@ -193,6 +193,7 @@ def _term_cell(term: str, new: str, gallery: str, serve: str = "native") -> tupl
     cross = {
         "native": (new, gallery),
         "query-adapter": (adapter_name(new), gallery),
+        "query-blend": (adapter_name(new, serve), gallery),
         "backfill": (new, psi_gallery(gallery)),
     }[serve]
     return {
@@ -230,8 +231,8 @@ def judge(
     ``upgraded[parent]``: the parent's embeddings upgraded by psi into the new version's space;
     required when a criterion uses ``forward`` or the contract serves by ``backfill``.
     ``adapted``: the version's evaluation-set embeddings mapped into the parent's space by its
-    query adapter, required when the contract serves by ``query-adapter`` (the ``cross`` cell
-    is then M(adapt(new), parent)). ``rollback``: the versions whose rows a
+    query adapter (``cross``: M(adapt(new), parent)) or blend (M(blend(new), parent)), required
+    when the contract serves by one of those. ``rollback``: the versions whose rows a
     rollback to this version must serve; each is checked on the contract's rollback criteria
     (:meth:`~compat.contracts.schema.Contract.rollback_criteria`) in the parent's place.
 
@@ -259,20 +260,20 @@ def judge(
                 f"upgrade module output for {contract.parent}'s gallery was given"
             )
         embeddings = {**embeddings, psi_gallery(contract.parent): ups[contract.parent]}
-    if mode == "query-adapter":
+    if mode in ("query-adapter", "query-blend"):
         assert contract.parent is not None
-        parent_rows = embeddings[contract.parent]
+        parent_rows, row = embeddings[contract.parent], adapter_name(new, mode)
         if adapted is None:
             raise BadInputError(
-                f"{new}: the contract serves by query-adapter = M({adapter_name(new)}, "
+                f"{new}: the contract serves by {mode} = M({row}, "
                 f"{contract.parent}), but no adapted query rows were given"
             )
         if adapted.shape != (len(embeddings[new]), parent_rows.shape[1]):
             raise BadInputError(
-                f"{adapter_name(new)}: shape {adapted.shape}, but {new} has "
+                f"{row}: shape {adapted.shape}, but {new} has "
                 f"{len(embeddings[new])} rows and {contract.parent}'s are {parent_rows.shape[1]}-dim"
             )
-        embeddings = {**embeddings, adapter_name(new): adapted}
+        embeddings = {**embeddings, row: adapted}
     rollback = [g for g in dict.fromkeys(rollback) if g != new]
     back_criteria = contract.rollback_criteria() if rollback else []
     try:

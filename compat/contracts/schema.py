@@ -160,6 +160,7 @@ class Criterion(BaseModel):
         cross = {
             "native": f"M({new}, {parent})",
             "query-adapter": f"M({adapter_name(new)}, {parent})",
+            "query-blend": f"M({adapter_name(new, serve)}, {parent})",
             "backfill": f"M({new}, psi({parent}))",
         }[serve]
         cells = {
@@ -204,12 +205,13 @@ class Rollback(BaseModel):
         return self
 
 
-def adapter_name(version: str) -> str:
-    """The matrix row of ``version``'s queries mapped by its query adapter: ``adapt(v3)``."""
-    return f"adapt({version})"
+def adapter_name(version: str, mode: str = "query-adapter") -> str:
+    """The matrix row of ``version``'s queries mapped by its query adapter: ``adapt(v3)``; for
+    a query blend (``mode`` ``query-blend``), ``blend(v3)``."""
+    return f"{'blend' if mode == 'query-blend' else 'adapt'}({version})"
 
 
-SERVE_MODES = ("native", "query-adapter", "backfill")
+SERVE_MODES = ("native", "query-adapter", "query-blend", "backfill")
 
 
 class Serve(BaseModel):
@@ -217,17 +219,22 @@ class Serve(BaseModel):
 
     ``native``: its own embeddings search the parent's rows (BCT's setting). ``query-adapter``:
     its queries are first mapped into the parent's space by a fitted map (Drift-Adapter,
-    Vejendla, EMNLP 2025), so ``cross`` is M(adapt(new), parent). ``backfill``: the parent's
+    Vejendla, EMNLP 2025), so ``cross`` is M(adapt(new), parent). ``query-blend``: each query
+    is embedded by the version and by the parent, and the adapted query and the parent's own
+    are interpolated on the sphere with the weight the map's card holds (SLERP, Ricci et al.
+    NeurIPS 2026; :mod:`compat.maps.blend`), so ``cross`` is M(blend(new), parent): two forward
+    passes per query. ``backfill``: the parent's
     rows are mapped into the new space by a gallery map (BiCT's psi), so ``cross`` is
     M(new, psi(parent)). ``map`` is the map's folder; default ``maps/<version>-to-<parent>``
-    for a query adapter and ``models/<version>/upgrade`` (the pipeline's psi) for a backfill.
+    for a query adapter, ``maps/<version>-to-<parent>-blend`` for a query blend and
+    ``models/<version>/upgrade`` (the pipeline's psi) for a backfill.
     A map reads one space and writes one other, so a non-native configuration serves the
     parent's gallery only: ``transitive`` ancestors are refused with it.
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    mode: Literal["native", "query-adapter", "backfill"] = "native"
+    mode: Literal["native", "query-adapter", "query-blend", "backfill"] = "native"
     map: str | None = None
 
     def map_folder(
@@ -240,6 +247,8 @@ class Serve(BaseModel):
             return self.map
         if self.mode == "query-adapter":
             return f"maps/{version}-to-{parent}"
+        if self.mode == "query-blend":
+            return f"maps/{version}-to-{parent}-blend"
         return str(Path(models) / version / "upgrade")
 
 

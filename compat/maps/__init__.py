@@ -4,8 +4,10 @@ gallery maps.
 A team upgrades to a new model trained elsewhere, never trained to be compatible. A map fitted
 on paired rows (the same items embedded by the new and the old model) maps *new queries into
 the old space*, so the stored old gallery can be searched without a backfill (Drift-Adapter,
-Vejendla, EMNLP 2025, arXiv 2509.23471): a **query adapter**. The other direction, stored old
-rows into the new space, is BiCT's psi: a **gallery map**.
+Vejendla, EMNLP 2025, arXiv 2509.23471): a **query adapter**; where the old model still embeds
+fresh queries, a **query blend** interpolates the adapted query with the old model's own on the
+sphere (SLERP, Ricci et al., NeurIPS 2026). The other direction, stored old rows into the new
+space, is BiCT's psi: a **gallery map**.
 
 Every map has a card, a fit, a refusal rule (beat the baseline on held-out classes with the
 gate's bootstrap confidence) and an ``apply`` over fixed row blocks
@@ -32,6 +34,10 @@ One concept per module:
   linear kinds)
 * :mod:`compat.maps.check`        the refusal rule every fitted map obeys (held-out top-1 against
   no-map or old-self, paired bootstrap)
+* :mod:`compat.maps.verdict`      one verdict: a map checked on a held-out set (the validation
+  split) as the gate judges its served configuration; that check decides
+* :mod:`compat.maps.blend`        query blends: the old model's query and the adapted new one
+  interpolated on the sphere (SLERP), the weight selected on held-out classes
 * :mod:`compat.maps.fit`          ``fit_map``: split, fit, check and card a map of any kind
 * :mod:`compat.maps.store`        ``Map`` (a ``SpaceMap`` with a ``MapCard``), ``save_map`` and
   ``load_map`` (sha256 checked)

@@ -2,10 +2,14 @@
 
 ``<map folder>/card.json`` is a :class:`MapCard`: the map's ``kind`` (``procrustes``,
 ``affine``, ``residual-mlp``), its ``role`` (a query adapter maps new queries into the old
-space, Drift-Adapter's direction; a gallery map maps stored old rows into the new space, BiCT's
-psi direction), the widths it joins, the sha256 of its weights (checked on every load), the
-fingerprint of the paired rows it was fitted on, the fit time, the held-out check
-(:mod:`compat.maps.check`) and, when that check refused the map, why (both numbers).
+space, Drift-Adapter's direction; a query blend interpolates on the sphere between the old
+model's own query embedding and the adapted new one, :mod:`compat.maps.blend`; a gallery map
+maps stored old rows into the new space, BiCT's psi direction), the widths it joins, the sha256
+of its weights (checked on every load), the fingerprint of the paired rows it was fitted on, the
+fit time, the held-out check on held-out classes of the fit pairs (:mod:`compat.maps.check`),
+the blend's weight (``blend``), the check on a held-out set as the gate judges
+(``verdict``, :mod:`compat.maps.verdict`) and, when the deciding check refused the map, why
+(both numbers).
 
 One reader and one writer, shared with the other cards (:class:`compat.models.card._Card`: sorted
 keys, fields never set left out, an unknown field an error). No torch here.
@@ -16,17 +20,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from compat.errors import BadInputError
 from compat.models.card import CARD_SCHEMA, _Card
 
 MAP_KINDS = ("procrustes", "affine", "residual-mlp")
-MAP_ROLES = ("query-adapter", "gallery-map")
+MAP_ROLES = ("query-adapter", "query-blend", "gallery-map")
 BASELINES = ("no-map", "old-self")
 
 MapKind = Literal["procrustes", "affine", "residual-mlp"]
-MapRole = Literal["query-adapter", "gallery-map"]
+MapRole = Literal["query-adapter", "query-blend", "gallery-map"]
 
 
 class _Strict(BaseModel):
@@ -68,6 +72,37 @@ class HeldOut(_Strict):
     resamples: int = Field(ge=0)
 
 
+class BlendInfo(_Strict):
+    """A query blend's interpolation (:mod:`compat.maps.blend`): the weight on the adapted new
+    query (0: the old model's own query, 1: the adapter alone), selected on held-out classes of
+    the fit pairs, and the held-out top-1 of every weight tried."""
+
+    method: Literal["slerp"]
+    weight: float = Field(ge=0, le=1)
+    selected_on: int = Field(ge=0)  # held-out queries the weight was selected on
+    scores: dict[str, float | None] = Field(default_factory=dict)  # weight -> held-out top-1
+
+
+class SetCheck(_Strict):
+    """The map checked as the gate checks its served configuration (:mod:`compat.maps.verdict`):
+    on a held-out set whose classes no model was trained on (the pipeline's validation split),
+    identification top-1 of the served queries on the old gallery against M(old, old), the
+    paired bootstrap's one-sided lower bound of the difference above ``min_gain``."""
+
+    set: str  # what the set is: "split:validation", a file
+    fingerprint: str | None = None  # the set manifest's fingerprint
+    metric: str  # "top1"
+    queries: int = Field(ge=0)
+    served: float | None = None  # M(served queries, old gallery)
+    old_self: float | None = None  # M(old, old)
+    difference: float | None = None
+    lower_bound: float | None = None
+    interval: list[float | None] | None = None
+    confidence: float
+    min_gain: float
+    resamples: int = Field(ge=0)
+
+
 class MapRefusal(_Strict):
     """Why a fitted map was refused: on held-out data it did not beat its baseline with the
     required confidence (or there was nothing held out to check it on)."""
@@ -95,6 +130,8 @@ class MapCard(_Card):
     data: MapData
     fit_seconds: float = Field(ge=0)
     heldout: HeldOut | None = None
+    blend: BlendInfo | None = None  # role query-blend: the weight on the adapted query
+    verdict: SetCheck | None = None  # the check as the gate judges (decides when present)
     refused: MapRefusal | None = None
     card_schema: int = Field(CARD_SCHEMA, alias="schema")
     packages: dict[str, str] | None = None
@@ -112,6 +149,12 @@ class MapCard(_Card):
             )
         return super().from_json(data, where)
 
+    @model_validator(mode="after")
+    def _blend_role(self) -> MapCard:
+        if (self.role == "query-blend") != (self.blend is not None):
+            raise ValueError("blend: a query-blend map has a blend weight, no other role has one")
+        return self
+
     @property
     def is_refused(self) -> bool:
         """True when the held-out check refused the map (the weights are the ones it checked)."""
@@ -128,6 +171,7 @@ class MapCard(_Card):
             "weights_sha256": self.weights_sha256,
             "data_fingerprint": self.data.fingerprint,
             "refused": None if self.refused is None else self.refused.reason,
+            **({"blend_weight": self.blend.weight} if self.blend is not None else {}),
         }
 
 
@@ -145,12 +189,14 @@ __all__ = [
     "BASELINES",
     "MAP_KINDS",
     "MAP_ROLES",
+    "BlendInfo",
     "HeldOut",
     "MapCard",
     "MapData",
     "MapKind",
     "MapRefusal",
     "MapRole",
+    "SetCheck",
     "read_map_card",
     "write_map_card",
 ]

@@ -1,12 +1,15 @@
 """How a map is fitted and checked (import-light: pydantic only, no torch).
 
 :class:`CheckConfig` holds what every kind shares: the held-out share, the refusal rule's
-confidence, margin and bootstrap resamples, the seed. Each kind's own parameters are a model in
+confidence, margin and bootstrap resamples, the seed. :class:`BlendParams` is a query blend's
+(:mod:`compat.maps.blend`). Each kind's own parameters are a model in
 its module (:class:`compat.maps.procrustes.ProcrustesParams`, ...). All refuse unknown keys and
 NaN or infinite numbers.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,4 +56,16 @@ class CheckConfig(Params):
     seed: int = Field(0, description="seeds the held-out split, the bootstrap and the fit")
 
 
-__all__ = ["CheckConfig", "Params"]
+class BlendParams(Params):
+    """How a query blend is fitted (the ``blend`` of an ``adapt`` entry)."""
+
+    method: Literal["slerp"] = Field("slerp", description="interpolation on the sphere (Eq. 1)")
+    grid: int = Field(
+        11, ge=2, le=101, description="weights tried, equally spaced in [0, 1] (11: 0, 0.1, ..)"
+    )
+    weight: float | None = Field(
+        None, ge=0, le=1, description="a fixed weight instead of one selected on held-out classes"
+    )
+
+
+__all__ = ["BlendParams", "CheckConfig", "Params"]

@@ -6,6 +6,17 @@
 returns it with its card: kept, or refused with both numbers. The weights kept are the ones
 that were checked (fitted without the held-out pairs), so what the card reports is what is
 applied.
+
+A **query blend** (role ``query-blend``, :mod:`compat.maps.blend`) fits the adapter the same
+way, then selects its weight on the held-out pairs; without a check set those are divided by
+class in two halves, one selecting the weight and the other checking the blend, so the weight
+is never checked on the rows that chose it.
+
+With a **check set** (:class:`compat.maps.verdict.CheckSet`: a held-out set whose classes no
+model was trained on, the pipeline's validation split) the map is also checked there as the gate
+checks its served configuration (:func:`compat.maps.verdict.check_on_set`), and that check alone
+decides whether it is kept: the held-out pairs are classes the new model was trained on, where
+it looks better than on classes it never saw (issue 42, "one verdict").
 """
 
 from __future__ import annotations
@@ -19,9 +30,11 @@ from typing import Any
 import numpy as np
 
 from compat.errors import BadInputError
-from compat.maps.card import MAP_ROLES, MapCard, MapData
-from compat.maps.config import CheckConfig, Params
+from compat.maps.blend import select_weight, slerp
+from compat.maps.card import MAP_ROLES, BlendInfo, MapCard, MapData, MapRefusal, SetCheck
+from compat.maps.config import BlendParams, CheckConfig, Params
 from compat.maps.store import Map, weights_blob
+from compat.maps.verdict import CheckSet
 
 
 def pairs_fingerprint(
@@ -66,12 +79,16 @@ def fit_map(
     to_name: str = "old",
     source_info: dict[str, Any] | None = None,
     target_info: dict[str, Any] | None = None,
+    blend: dict[str, Any] | Params | None = None,
+    check_set: CheckSet | None = None,
 ) -> Map:
     """Fit, check and card a map of ``kind`` reading ``source`` rows (n, d_in) and writing the
     space of ``target`` rows (n, d_out), rows paired. ``role``: ``query-adapter`` (new -> old)
     or ``gallery-map`` (old -> new). ``labels`` (one per pair, optional) hold out whole classes
     and make the check class retrieval; ``ids`` go into the data fingerprint; ``source_info``
-    and ``target_info`` (file or version, digest) into the card."""
+    and ``target_info`` (file or version, digest) into the card. ``blend``: the query blend's
+    parameters (:class:`compat.maps.config.BlendParams`; role ``query-blend`` only);
+    ``check_set``: the set whose check decides (module docstring)."""
     from compat.maps.check import check_map
     from compat.maps.kinds import kind_module, kind_params
     from compat.maps.psi_heldout import heldout_split
@@ -90,24 +107,50 @@ def fit_map(
         )
     if labels is not None and len(labels) != len(x):
         raise BadInputError(f"map {kind}: labels: {len(labels)} labels for {len(x)} pairs")
+    if blend is not None and role != "query-blend":
+        raise BadInputError(f"map {kind}: blend: only a query-blend map has one (role {role})")
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise BadInputError(f"map {kind}: pairs: NaN or inf in the embeddings")
     xu, yu = _unit(x, "source rows", kind), _unit(y, "target rows", kind)
     fit_rows, val_rows, split = heldout_split(len(x), labels, cfg.val_fraction, cfg.seed)
     if len(fit_rows) < 2:
         raise BadInputError(f"map {kind}: pairs: {len(fit_rows)} pair(s) to fit on; needs >= 2")
-    fit_labels = None if labels is None else [labels[i] for i in fit_rows]
-    val_labels = None if labels is None else [labels[i] for i in val_rows]
+
+    def labels_of(rows: np.ndarray) -> list[Any] | None:
+        return None if labels is None else [labels[i] for i in rows]
+
     started = time.perf_counter()
-    applier = module.fit(xu[fit_rows], yu[fit_rows], p, labels=fit_labels, seed=cfg.seed)
+    applier = module.fit(xu[fit_rows], yu[fit_rows], p, labels=labels_of(fit_rows), seed=cfg.seed)
     seconds = time.perf_counter() - started
+    check_rows, apply, blended, bp = val_rows, applier.apply, None, None
+    if role == "query-blend":
+        bp = (
+            BlendParams.model_validate(blend or {}) if not isinstance(blend, BlendParams) else blend
+        )
+        select_rows = val_rows
+        if check_set is None and bp.weight is None:
+            select_rows, check_rows = _halves(val_rows, labels, cfg.seed)
+        blended = select_weight(
+            yu[select_rows], applier.apply(xu[select_rows]), labels_of(select_rows), bp
+        )
+        w, old_rows = blended.weight, yu[check_rows]
+
+        def apply(rows: np.ndarray) -> np.ndarray:  # the check's rows: the blend's u are theirs
+            return slerp(old_rows, applier.apply(rows), w)
+
     held, refused = check_map(
-        applier.apply, xu[val_rows], yu[val_rows], val_labels, cfg,
-        role=role, kind=kind, split=split, num_fit=len(fit_rows),
+        apply, xu[check_rows], yu[check_rows], labels_of(check_rows), cfg,
+        role="gallery-map" if role == "gallery-map" else "query-adapter",
+        kind=kind if blended is None else f"{kind} blend", split=split, num_fit=len(fit_rows),
     )  # fmt: skip
+    verdict = None
+    if check_set is not None:
+        verdict, refused = _check_set(applier, blended, check_set, cfg, kind, role, x, y)
     record = p.model_dump(mode="json")
     if hasattr(applier, "shape"):  # the shape the module was built with (defaults resolved)
         record.update(applier.shape())
+    if bp is not None:
+        record["blend"] = bp.model_dump(mode="json")
     card = MapCard.model_validate(
         {
             "kind": kind,
@@ -127,12 +170,64 @@ def fit_map(
             ),
             "fit_seconds": round(seconds, 4),
             "heldout": held,
+            **({"blend": blended} if blended is not None else {}),
+            **({"verdict": verdict} if verdict is not None else {}),
             **({"refused": refused} if refused is not None else {}),
             "packages": package_versions(),
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
     )
     return Map(card, applier)
+
+
+def _halves(
+    rows: np.ndarray, labels: Sequence[Any] | None, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` in two halves, by class with labels (whole classes in each), else by row;
+    deterministic for ``seed``. The first selects a blend's weight, the second checks it."""
+    from compat.maps.psi_heldout import heldout_split
+
+    sub = None if labels is None else [labels[i] for i in rows]
+    first, second, _ = heldout_split(len(rows), sub, 0.5, seed + 1)
+    return rows[first], rows[second]
+
+
+def _check_set(
+    applier: Any,
+    blended: BlendInfo | None,
+    check_set: CheckSet,
+    cfg: CheckConfig,
+    kind: str,
+    role: str,
+    x: np.ndarray,
+    y: np.ndarray,
+) -> tuple[SetCheck, MapRefusal | None]:
+    """The check on ``check_set`` as the gate judges the configuration serving the map."""
+    from compat.maps.verdict import check_on_set
+
+    new_w, old_w = (x.shape[1], y.shape[1]) if role != "gallery-map" else (y.shape[1], x.shape[1])
+    n = len(check_set.manifest.items)
+    for side, rows, width in (("new", check_set.new, new_w), ("old", check_set.old, old_w)):
+        if rows.ndim != 2 or rows.shape != (n, width):
+            raise BadInputError(
+                f"map {kind}: check set {check_set.name}: the {side} rows have shape "
+                f"{rows.shape}, expected ({n}, {width})"
+            )
+        if not np.isfinite(rows).all():
+            raise BadInputError(f"map {kind}: check set {check_set.name}: NaN or inf rows")
+    new, old = (
+        _unit(check_set.new, "check set rows", kind),
+        _unit(check_set.old, "check set rows", kind),
+    )
+    if role == "gallery-map":
+        queries, gallery = new, applier.apply(old)
+    elif blended is not None:
+        queries, gallery = slerp(old, applier.apply(new), blended.weight), old
+    else:
+        queries, gallery = applier.apply(new), old
+    label = kind if blended is None else f"{kind} blend"
+    return check_on_set(queries, gallery, CheckSet(check_set.name, check_set.manifest, new, old,
+                                                   check_set.fingerprint), cfg, kind=label)  # fmt: skip
 
 
 __all__ = ["fit_map", "pairs_fingerprint"]

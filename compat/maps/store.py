@@ -56,6 +56,30 @@ class Map(SpaceMap):
             )
         return self.applier.apply(x, start)
 
+    def queries(
+        self, new_rows: np.ndarray, old_rows: np.ndarray | None = None, start: int = 0
+    ) -> np.ndarray:
+        """The queries this map serves on the old gallery: adapt(new) for a query adapter; for
+        a query blend slerp(old, adapt(new), w) (:mod:`compat.maps.blend`), which needs the old
+        model's rows of the same queries. Float32 unit rows; a row's bits do not depend on its
+        batch."""
+        if self.role == "gallery-map":
+            raise BadInputError(
+                f"{self.where}: role: a gallery-map maps stored rows, it serves no queries"
+            )
+        adapted = self.apply(new_rows, start)
+        if self.card.blend is None:
+            return adapted
+        if old_rows is None or np.shape(old_rows) != adapted.shape:
+            got = "none" if old_rows is None else f"shape {np.shape(old_rows)}"
+            raise BadInputError(
+                f"{self.where}: blend: a query blend needs the old model's rows of the same "
+                f"queries, shape {adapted.shape}; got {got}"
+            )
+        from compat.maps.blend import slerp
+
+        return slerp(old_rows, adapted, self.card.blend.weight)
+
 
 def map_owner(folder: Path) -> str | None:
     """None when ``folder`` holds a map and nothing else (``weights.safetensors``, a map's

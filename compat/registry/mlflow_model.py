@@ -12,7 +12,9 @@ A version whose contract serves it through a query adapter (``serve: query-adapt
 carries the adapter in ``adapter/`` (its ``weights.safetensors`` and ``card.json``, pyfunc
 artifacts too): ``predict`` then returns old-space embeddings, what the stored gallery is
 searched with, and ``params={"space": "native"}`` the version's own. A serving team loads one
-artefact.
+artefact. A version served through a query blend (``serve: query-blend``) carries the blend in
+``adapter/`` and its parent's weights and card in ``old/``: ``predict`` embeds each image with
+both models (two forward passes) and returns the blended query (:mod:`compat.maps.blend`).
 """
 
 from __future__ import annotations
@@ -79,8 +81,10 @@ def build_model_folder(
 
     artifacts = {"weights": str(folder / "weights.safetensors"), "card": str(folder / "card.json")}
     served_dim = None
+    old = None
     if adapter is not None:
         served_dim = check_adapter(adapter, card)
+        old = blend_parent(adapter, folder, card)
 
     with scratch_dir("code") as tmp, warnings.catch_warnings():
         # MLflow suggests an input example; the signature already says what goes in.
@@ -91,12 +95,14 @@ def build_model_folder(
             # The adapter's files have the version's own names; MLflow before 3.16 saved every
             # artifact as artifacts/<file name>, so one would overwrite the other. Distinct
             # names in, the names compat reads back out (below).
-            for key, name in (
-                ("adapter_weights", "weights.safetensors"),
-                ("adapter_card", "card.json"),
-            ):
+            staging = [("adapter_weights", adapter, "weights.safetensors"),
+                       ("adapter_card", adapter, "card.json")]  # fmt: skip
+            if old is not None:  # a query blend: the parent embeds each query too
+                staging += [("old_weights", old, "weights.safetensors"),
+                            ("old_card", old, "card.json")]  # fmt: skip
+            for key, src, name in staging:
                 staged = Path(tmp) / f"{key}-{name}"
-                shutil.copy2(adapter / name, staged)
+                shutil.copy2(src / name, staged)
                 artifacts[key] = str(staged)
         mlflow.pyfunc.save_model(
             path=str(dst),
@@ -111,7 +117,7 @@ def build_model_folder(
     model = Model.load(str(dst / "MLmodel"))
     for key, info in model.flavors["python_function"]["artifacts"].items():
         saved = dst / info["path"]
-        sub = "adapter/" if key.startswith("adapter_") else ""  # its own weights and card
+        sub = next((f"{p}/" for p in ("adapter", "old") if key.startswith(f"{p}_")), "")
         name = saved.name.removeprefix(f"{key}-")
         (dst / sub).mkdir(exist_ok=True)
         saved.replace(dst / sub / name)
@@ -145,12 +151,51 @@ def build_model_folder(
 def check_adapter(adapter: Path, card: ModelCard) -> int:
     """The out_dim of the query adapter in ``adapter``, after checking it can serve the version
     (BadInputError, exit 4, naming its card otherwise): a query adapter, reading the version's
-    width, not refused when it was fitted."""
+    width, fitted for this version and its parent (their versions and weights, as its card
+    records them), not refused when it was fitted."""
     from compat.maps import open_map
+    from compat.models.card import Joins
 
     fitted = open_map(adapter)  # the weights' sha256 checked against the card
-    fitted.check_serves("query-adapter", card.dim, f"{card.version}'s embeddings")
+    role = "query-blend" if fitted.role == "query-blend" else "query-adapter"
+    # The one check of a served map (the gate's, score's, backfill's): this version's queries
+    # onto its parent's gallery, fitted on the weights both cards record.
+    joins = Joins(
+        source=card.version, target=card.parent, from_weights=card.weights_sha256,
+        to_weights=card.parent_weights_sha256, weights_origin="the model's card records",
+        wanted=f"it serves {card.version}'s queries on {card.parent or 'its parent'}'s gallery",
+    )  # fmt: skip
+    fitted.check_serves(role, card.dim, f"{card.version}'s embeddings", joins=joins)
     return fitted.out_dim
+
+
+def blend_parent(adapter: Path, folder: Path, card: ModelCard) -> Path | None:
+    """For a query blend in ``adapter``: the model folder of the version whose own queries it
+    interpolates with (``folder``'s sibling named by the map's ``to``), checked to hold the
+    weights the blend was fitted with and to read the version's images (BadInputError naming
+    its card otherwise); None for a query adapter."""
+    from compat.errors import BadInputError
+    from compat.maps import read_map_card
+    from compat.models.card import read_model_card
+
+    mc = read_map_card(adapter)
+    if mc.role != "query-blend":
+        return None
+    old = folder.parent / mc.to
+    oc = read_model_card(old)
+    fitted_on = (mc.data.target or {}).get("weights_sha256")
+    if fitted_on and oc.weights_sha256 != fitted_on:
+        raise BadInputError(
+            f"{old / 'card.json'}: weights_sha256: the blend in {adapter} was fitted with "
+            f"{mc.to}'s weights {fitted_on[:12]}, these are {oc.weights_sha256[:12]}"
+        )
+    if (oc.image_size, oc.in_channels) != (card.image_size, card.in_channels):
+        raise BadInputError(
+            f"{old / 'card.json'}: image_size/in_channels: {mc.to} reads {oc.image_size} px x "
+            f"{oc.in_channels}, {card.version} {card.image_size} px x {card.in_channels}; a "
+            "blend embeds each query with both"
+        )
+    return old
 
 
 def log_model(
@@ -166,4 +211,11 @@ def log_model(
     return digests
 
 
-__all__ = ["build_model_folder", "check_adapter", "log_model", "requirements", "signature"]
+__all__ = [
+    "blend_parent",
+    "build_model_folder",
+    "check_adapter",
+    "log_model",
+    "requirements",
+    "signature",
+]

@@ -10,7 +10,9 @@ sha256 and loaded by :func:`compat.models.version.load_version`.
 and returns float32 (n, dim) L2-normalised embeddings computed exactly as compat's own
 :func:`compat.embeddings.embed.embed_images` computes them. A version served through a query
 adapter (its ``adapter/`` folder) returns them mapped into the old space by that adapter
-(:mod:`compat.maps`), unless ``params={"space": "native"}`` asks for its own. The input is checked here, not by
+(:mod:`compat.maps`), unless ``params={"space": "native"}`` asks for its own; one served
+through a query blend (its ``adapter/`` a blend, its parent in ``old/``) embeds each image with
+both models and returns the blended query (:mod:`compat.maps.blend`). The input is checked here, not by
 MLflow's schema enforcement (whose message prints the whole array before the reason;
 mlflow_model.py tells MLflow so): anything else is one line, an MLflow
 ``INVALID_PARAMETER_VALUE`` error naming the shape and dtype given and the ones expected.
@@ -45,6 +47,10 @@ class CompatEmbedder(PythonModel):
             from compat.maps import load_map  # its weights' sha256 checked against its card
 
             self.adapter = load_map(Path(context.artifacts["adapter_weights"]).parent)
+        self.old = None
+        if "old_weights" in context.artifacts:  # a query blend: the parent embeds queries too
+            old, _ = load_version(Path(context.artifacts["old_weights"]).parent)
+            self.old = inference_model(old)
 
     def expected(self) -> tuple[int, int, int]:
         """(H, W, C) of the images this version embeds."""
@@ -82,8 +88,11 @@ class CompatEmbedder(PythonModel):
             raise MlflowException.invalid_parameter_value(
                 f"space {space!r}: expected 'served' (what the gallery is searched with) or 'native'"
             )
-        embeddings = embed_images(self.model, self.images(model_input), fold=False)
+        images = self.images(model_input)
+        embeddings = embed_images(self.model, images, fold=False)
         if self.adapter is not None and space == "served":
+            if self.old is not None:  # two forward passes: the blend needs the parent's query
+                return self.adapter.queries(embeddings, embed_images(self.old, images, fold=False))
             return self.adapter.apply(embeddings)
         return embeddings
 

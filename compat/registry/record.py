@@ -115,6 +115,8 @@ def serve_text(serve: dict[str, Any]) -> str:
     for key in ("kind", "path"):
         if serve.get(key):
             parts.append(str(serve[key]))
+    if serve.get("blend_weight") is not None:  # a query blend's weight on the adapted query
+        parts.append(f"weight {serve['blend_weight']:g}")
     if serve.get("weights_sha256"):
         parts.append(f"sha256 {str(serve['weights_sha256'])[:12]}")
     return " ".join(parts)

@@ -162,14 +162,14 @@ def _register(
 
 
 def served_adapter(contracts: list[Path], version: str, models_dir: Path) -> Path | None:
-    """The query adapter's folder when the version's contract serves it through one (its
-    MLflow model then returns old-space embeddings); else None."""
+    """The query adapter's (or query blend's) folder when the version's contract serves it
+    through one (its MLflow model then returns old-space embeddings); else None."""
     if not contracts:
         return None
     from compat.contracts.schema import load_contract
 
     contract = load_contract(contracts[0])
-    if contract.serve.mode != "query-adapter" or contract.parent is None:
+    if contract.serve.mode not in ("query-adapter", "query-blend") or contract.parent is None:
         return None
     return Path(contract.serve.map_folder(version, contract.parent, models_dir) or "")
 

@@ -4,7 +4,9 @@ A contract's ``serve`` (:class:`compat.contracts.schema.Serve`) says how the ver
 parent's stored gallery. ``native`` needs nothing beyond the two versions' rows. ``query-adapter``
 maps the version's evaluation-set rows into the parent's space with a fitted map
 (:mod:`compat.maps`, role ``query-adapter``): the gate's ``cross`` cell becomes
-M(adapt(new), parent). ``backfill`` maps the parent's rows into the version's space: the gate's
+M(adapt(new), parent). ``query-blend`` interpolates those adapted rows on the sphere with the
+parent's own rows of the same items (a map of role ``query-blend``, its weight on its card;
+:mod:`compat.maps.blend`): M(blend(new), parent). ``backfill`` maps the parent's rows into the version's space: the gate's
 ``cross`` cell becomes M(new, psi(parent)); the map is the pipeline's psi
 (``models/<version>/upgrade/``, :mod:`compat.maps.psi`) or any fitted gallery map. Either folder
 is opened by :func:`compat.maps.open_map`, one interface for both.
@@ -21,14 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from compat.contracts.schema import Contract
-
-if TYPE_CHECKING:
-    from compat.maps.space import Joins
+from compat.maps.space import Joins
 
 
 def apply_map(
@@ -51,20 +51,42 @@ def apply_map(
 
 
 def adapted_rows(
-    contract: Contract, embeddings: dict[str, np.ndarray], models: Path = Path("models")
+    contract: Contract,
+    embeddings: dict[str, np.ndarray],
+    models: Path = Path("models"),
+    weights: Callable[[str], str | None] = lambda name: None,
 ) -> tuple[np.ndarray | None, dict[str, Any] | None]:
     """For ``serve: query-adapter``: the version's rows mapped into the parent's space, and the
-    adapter's provenance; else (None, None)."""
-    if contract.serve.mode != "query-adapter":
+    adapter's provenance; for ``serve: query-blend`` the blended queries (the adapted rows and
+    the parent's rows of the same items, interpolated) and the blend's provenance; else (None,
+    None)."""
+    mode = contract.serve.mode
+    if mode not in ("query-adapter", "query-blend"):
         return None, None
     new, parent = contract.version, contract.parent
     assert parent is not None
     folder = Path(contract.serve.map_folder(new, parent, models) or "")
-    rows, info = apply_map(
-        folder, embeddings[new], f"{new}'s embeddings", embeddings[parent].shape[1],
-        "query-adapter",
+    # The versions it serves, and the registered weights it must have been fitted on (``weights``:
+    # None, not compared): a map fitted for other versions is never served (issue 45).
+    joins = Joins(
+        source=new, target=parent, wanted=f"the contract serves {new}'s queries on {parent}'s "
+        "gallery", from_weights=weights(new), to_weights=weights(parent),
+        weights_origin="the registered ones are",
     )  # fmt: skip
-    return rows, {"mode": "query-adapter", **info}
+    if mode == "query-adapter":
+        rows, info = apply_map(
+            folder, embeddings[new], f"{new}'s embeddings", embeddings[parent].shape[1],
+            "query-adapter", joins,
+        )  # fmt: skip
+        return rows, {"mode": mode, **info}
+    from compat.maps import open_map
+
+    opened = open_map(folder)
+    opened.check_serves(mode, embeddings[new].shape[1], f"{new}'s embeddings",
+                        embeddings[parent].shape[1], joins=joins)  # fmt: skip
+    return opened.queries(embeddings[new], embeddings[parent]), {
+        "mode": mode, **opened.provenance(folder)
+    }  # fmt: skip
 
 
 def backfill_map_folder(contract: Contract, models: Path) -> Path | None:
@@ -84,8 +106,6 @@ def gallery_map_rows(
     """The parent's rows mapped by the gallery map in ``folder`` (psi's or a :mod:`compat.maps`
     map) and its provenance. ``weights(name)``: the registered weights digest of a version
     (None: not compared), which psi must have been fitted on."""
-    from compat.maps.space import Joins
-
     new, parent = contract.version, contract.parent
     assert parent is not None
     joins = Joins(

@@ -1,0 +1,109 @@
+"""Query blends: the old model's own query embedding and the adapted new one, interpolated on the
+sphere (SLERP; Ricci, Biondi and Pernici, "Spherical Interpolation for Backward-Compatible
+Multimodal Representations", NeurIPS 2026).
+
+Where the old model can still embed fresh queries (the usual case: it is the model the stored
+gallery was made with), a query is embedded twice: u = phi_old(x) and the adapted new query
+v = adapt(phi_new(x)) (a query adapter, :mod:`compat.maps`, of any kind). The served query is
+the point at ``weight`` w along the minor geodesic arc from u to v,
+
+    q_w = (sin((1 - w) theta) u + sin(w theta) v) / sin(theta),  theta = arccos(<u, v>),   (Eq. 1)
+
+re-normalised; w = 0 is the old model's own query (M(old, old): what the service has today),
+w = 1 the adapter alone. An adapter alone is an approximate alignment of two models trained
+apart; the interior of the arc can be closer to the direction retrieval needs than either end
+(the paper's certification result), which the held-out classes decide here: the weight is
+selected per pair among ``grid`` equally spaced weights in [0, 1] by held-out top-1 (ties go to
+the smaller weight, the one nearer the old model), on classes the adapter was not fitted on
+(:func:`compat.maps.fit.fit_map`), and the blend then obeys the refusal rule of every map.
+
+Rows nearly parallel (theta below 1e-6 rad) use the linear interpolation Eq. 1 tends to.
+Every operation is row-wise, so a row's result does not depend on its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from compat.maps.card import BlendInfo
+from compat.maps.config import BlendParams
+
+PARALLEL = 1e-6  # radians: below this angle Eq. 1 is its linear limit
+
+
+def _unit64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(n > 0, n, 1.0)
+
+
+def slerp(old: np.ndarray, adapted: np.ndarray, weight: float) -> np.ndarray:
+    """Eq. 1 row by row: float32 (n, d) unit rows ``weight`` of the way from ``old`` (the old
+    model's queries) to ``adapted`` (the adapted new queries), both (n, d), any finite scale."""
+    u, v = _unit64(old), _unit64(adapted)
+    if u.shape != v.shape:
+        raise ValueError(f"slerp: old rows {u.shape} and adapted rows {v.shape} differ")
+    cos = np.clip((u * v).sum(axis=1, keepdims=True), -1.0, 1.0)
+    theta = np.arccos(cos)
+    sin = np.sin(theta)
+    near = theta < PARALLEL
+    safe = np.where(near, 1.0, sin)
+    a = np.where(near, 1.0 - weight, np.sin((1.0 - weight) * theta) / safe)
+    b = np.where(near, weight, np.sin(weight * theta) / safe)
+    return _unit64(a * u + b * v).astype(np.float32)
+
+
+def weight_grid(points: int) -> list[float]:
+    """``points`` equally spaced weights from 0 to 1, rounded to 6 digits (their card keys)."""
+    return [round(i / (points - 1), 6) for i in range(points)]
+
+
+def select_weight(
+    old: np.ndarray,
+    adapted: np.ndarray,
+    labels: Sequence[Any] | None,
+    params: BlendParams,
+) -> BlendInfo:
+    """The weight of held-out top-1 highest (ties: the smaller weight) over ``params.grid``
+    weights, or ``params.weight`` when fixed. ``old``: the old model's rows of the held-out
+    pairs, both the queries' u and the gallery; ``adapted``: the adapted new rows. With labels,
+    class retrieval (each query searches every held-out row but its own item's); without,
+    recall@1 of its own row."""
+    grid = [params.weight] if params.weight is not None else weight_grid(params.grid)
+    score = _scorer(np.asarray(old), labels)
+    scores: dict[str, float | None] = {}
+    best, best_score = grid[0], -np.inf
+    for w in grid:
+        s = score(slerp(old, adapted, w))
+        scores[f"{w:g}"] = None if not np.isfinite(s) else float(s)
+        if np.isfinite(s) and s > best_score:
+            best, best_score = w, s
+    return BlendInfo(method=params.method, weight=best, selected_on=len(old), scores=scores)
+
+
+def _scorer(gallery: np.ndarray, labels: Sequence[Any] | None) -> Callable[[np.ndarray], float]:
+    """top-1 of query rows (aligned with ``gallery``) against ``gallery``, the query's own row
+    excluded when labels make it class retrieval (compat's identification protocol)."""
+    from compat.evaluate.protocols import Identification, evaluate_sets
+
+    n = len(gallery)
+    if labels is not None:
+        index: dict[Any, int] = {}
+        codes = np.asarray([index.setdefault(x, len(index)) for x in labels], dtype=np.int64)
+        exclude: np.ndarray | None = np.arange(n, dtype=np.int64)
+    else:
+        codes, exclude = np.arange(n, dtype=np.int64), None
+    proto = Identification(ks=(1,))
+
+    def score(queries: np.ndarray) -> float:
+        res = evaluate_sets([proto], queries, codes, gallery, codes, exclude=exclude,
+                            device="cpu")[proto.name]  # fmt: skip
+        return float(res.metrics["top1"])
+
+    return score
+
+
+__all__ = ["PARALLEL", "BlendParams", "select_weight", "slerp", "weight_grid"]
