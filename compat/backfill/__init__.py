@@ -12,6 +12,9 @@ One concept per module (this package imports nothing heavy):
   finished output in place (assembled from the saved blocks, a folder swapped in)
 * :mod:`compat.backfill.resume`  the work folder beside the output: finished blocks saved with
   their sha256, the job they belong to, and which of them a rerun skips
+* :mod:`compat.backfill.table`   a LanceDB table gallery backfilled in place: ``vec_<to>`` added
+  or filled further, fragment by fragment (this process or Ray tasks), resumable, one commit
+* :mod:`compat.backfill.progress` the progress bar both backfills draw on stderr
 
 The maps a backfill applies (psi, :mod:`compat.maps.psi`, fitted by :mod:`compat.maps.psi_fit`,
 or a :mod:`compat.maps` gallery map) are opened by :func:`compat.maps.open_map`; searching a

@@ -44,7 +44,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -66,6 +65,7 @@ from compat.backfill.output import (
     write_output,
 )
 from compat.backfill.plan import Selection, check_rows, row_versions, select_rows
+from compat.backfill.progress import Bar
 from compat.backfill.resume import Parts, check_work_folder, job_digest, resume_state, work_dir_for
 from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.models.card import UpgradeCard, check_upgrade
@@ -142,6 +142,13 @@ def _check_map(card: Any, source: str, target: str, dim: int | None, where: str)
         )
 
 
+def check_map_card(card: Any, source: str, target: str, dim: int | None, where: str) -> None:
+    """psi's card (:func:`_check_psi`) or a gallery map's (:func:`_check_map`) checked against
+    ``--from``, ``--to`` and the width of the rows it reads (None: not checked)."""
+    check = _check_psi if isinstance(card, UpgradeCard) else _check_map
+    check(card, source, target, dim, where)
+
+
 def _check_cache_key(meta: dict[str, Any], card: UpgradeCard, where: str, psi_where: str) -> None:
     """A gallery that came out of the embedding cache names the weights that made it."""
     if not isinstance(card, UpgradeCard):  # a fitted map records the files it was fitted on
@@ -156,51 +163,6 @@ def _check_cache_key(meta: dict[str, Any], card: UpgradeCard, where: str, psi_wh
         weights_origin=f"the rows of {where} were made by (meta.cache_key)",
         rerun="this psi does not apply to this gallery",
     )
-
-
-class _Bar:
-    """A rich progress bar on stderr (rows upgraded, rows/s); silent when disabled."""
-
-    def __init__(self, total: int, done: int, enabled: bool | None, label: str) -> None:
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.total, self.done, self.label = total, done, label
-        self._p: Any = None
-        self._task: Any = None
-
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TaskProgressColumn,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
-            self._p = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TaskProgressColumn(),
-                TextColumn("{task.fields[rate]:>9.0f} rows/s"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-            )
-            self._p.__enter__()
-            self._task = self._p.add_task(
-                self.label, total=self.total, completed=self.done, rate=0.0
-            )
-        return self
-
-    def advance(self, rows: int, rate: float) -> None:
-        if self._p is not None:
-            self._p.update(self._task, advance=rows, rate=rate)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._p is not None:
-            self._p.__exit__(*exc)
 
 
 def backfill(
@@ -249,6 +211,12 @@ def backfill(
     if same_file(gallery_path, out_path):
         raise UsageError(f"--out {out_path} is the input gallery; the input is never modified")
     out_format = format_of(out_path)
+    if "lance" in (out_format, format_of(gallery_path)):
+        raise UsageError(
+            f"--out {out_path}: a LanceDB table is backfilled in place (--gallery <table> "
+            "without --out); compat data import makes one of a file gallery, compat data "
+            "export a file of one"
+        )
     check_out(out_path, out_format)
     psi_path = Path(psi_dir)
     card = _read_map_card(psi_path)
@@ -266,8 +234,7 @@ def backfill(
     )
     check_rows(versions, source, target, where)
     n_source = int((versions == source).sum())
-    check = _check_psi if isinstance(card, UpgradeCard) else _check_map
-    check(card, source, target, reader.dim if n_source else None, psi_where)
+    check_map_card(card, source, target, reader.dim if n_source else None, psi_where)
     # What every result of this run shares; the elapsed time is read when it is built.
     result = functools.partial(
         BackfillResult,
@@ -411,7 +378,7 @@ def _run(
     label = f"backfill {source} -> {target}"
     done_rows = sum(min(batch_size, reader.n - b * batch_size) for b in done)
     runner = make_engine(engine, psi_path, card.weights_sha256, device)
-    with _Bar(reader.n, done_rows, progress, label) as bar:
+    with Bar(reader.n, done_rows, progress, label) as bar:
         t0, moved = time.perf_counter(), 0
         for block, y_all in runner.map(_jobs(reader, selected, batch_size, done)):
             y = _merge(block, y_all, selected, psi_where)
@@ -477,4 +444,4 @@ def _merge(
     return y
 
 
-__all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill"]
+__all__ = ["DEFAULT_BATCH", "BackfillResult", "backfill", "check_map_card"]

@@ -12,13 +12,18 @@ and the same as the in-memory path (the map applied to the whole matrix).
 Ray task (one CPU; each worker process loads psi once), at most ``in_flight`` blocks are out at
 a time, and the results come back in order. psi's work scales with the workers; reading the
 gallery and the ordered write stay at the driver.
+
+A table gallery's backfill (:mod:`compat.backfill.table`) hands out whole fragments instead of
+blocks: :func:`make_tasks` runs any function over a sequence of jobs, in this process or as Ray
+tasks, results in order; there each task reads its fragment, runs the map and writes the
+fragment's new column file itself, so reading and writing scale with the workers too.
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -79,22 +84,28 @@ class LocalEngine:
             yield tag, None if x is None else upgrade_rows(*self.args, x, start)
 
 
+def ray_runtime() -> Any:
+    """The ``ray`` module, its runtime started (a usage error naming the extra without Ray)."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(
+            "--engine ray needs Ray, an optional dependency: pip install 'compat[ray]'"
+        ) from None
+    if not ray.is_initialized():
+        # RAY_ADDRESS names a cluster; without it a local runtime starts (and stops at exit).
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+                 logging_level="ERROR", log_to_driver=False)  # fmt: skip
+    return ray
+
+
 class RayEngine:
     """psi as one Ray task per block, at most ``in_flight`` blocks out at a time."""
 
     def __init__(
         self, psi_path: Path, sha256: str, device: str = "cpu", in_flight: int | None = None
     ) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise UsageError(
-                "--engine ray needs Ray, an optional dependency: pip install 'compat[ray]'"
-            ) from None
-        if not ray.is_initialized():
-            # RAY_ADDRESS names a cluster; without it a local runtime starts (and stops at exit).
-            ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
-                     logging_level="ERROR", log_to_driver=False)  # fmt: skip
+        ray = ray_runtime()
         self._ray = ray
         self._task = ray.remote(num_cpus=1)(upgrade_rows)
         self.args = (str(psi_path), sha256, device)
@@ -115,17 +126,54 @@ class RayEngine:
             yield self._take(pending)
 
     def _take(self, pending: deque[tuple[T, Any]]) -> tuple[T, np.ndarray | None]:
-        from compat.errors import CompatError
-
         tag, ref = pending.popleft()
-        if ref is None:
-            return tag, None
-        try:
-            return tag, self._ray.get(ref)
-        except self._ray.exceptions.RayTaskError as err:
-            if isinstance(err.cause, CompatError):  # one line, as the local engine says it
-                raise err.cause from None
-            raise
+        return tag, None if ref is None else _ray_get(self._ray, ref)
+
+
+def _ray_get(ray: Any, ref: Any) -> Any:
+    """A task's result; a CompatError it raised is raised here, one line, as a local run says it."""
+    from compat.errors import CompatError
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        if isinstance(err.cause, CompatError):
+            raise err.cause from None
+        raise
+
+
+class LocalTasks:
+    """Jobs run one after another in this process."""
+
+    def map(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[Any]:
+        for job in jobs:
+            yield fn(job)
+
+
+class RayTasks:
+    """Each job one Ray task (one CPU), at most two per CPU out at a time, results in order."""
+
+    def __init__(self, in_flight: int | None = None) -> None:
+        self._ray = ray_runtime()
+        cpus = int(self._ray.cluster_resources().get("CPU", 1))
+        self.in_flight = in_flight or max(2, 2 * cpus)
+
+    def map(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[Any]:
+        task = self._ray.remote(num_cpus=1)(fn)
+        pending: deque[Any] = deque()
+        for job in jobs:
+            pending.append(task.remote(job))
+            if len(pending) >= self.in_flight:
+                yield _ray_get(self._ray, pending.popleft())
+        while pending:
+            yield _ray_get(self._ray, pending.popleft())
+
+
+def make_tasks(name: str) -> LocalTasks | RayTasks:
+    """Where a table backfill's fragments run: ``local`` or ``ray`` (:data:`ENGINES`)."""
+    if name not in ENGINES:
+        raise UsageError(f"--engine {name!r}: expected one of {', '.join(ENGINES)}")
+    return RayTasks() if name == "ray" else LocalTasks()
 
 
 def make_engine(name: str, psi_path: Path, sha256: str, device: str = "cpu") -> Engine:
@@ -135,4 +183,15 @@ def make_engine(name: str, psi_path: Path, sha256: str, device: str = "cpu") -> 
     return LocalEngine(psi_path, sha256, device)
 
 
-__all__ = ["ENGINES", "Engine", "LocalEngine", "RayEngine", "make_engine", "upgrade_rows"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "LocalEngine",
+    "LocalTasks",
+    "RayEngine",
+    "RayTasks",
+    "make_engine",
+    "make_tasks",
+    "ray_runtime",
+    "upgrade_rows",
+]

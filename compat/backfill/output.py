@@ -22,7 +22,6 @@ finished output is put in place.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -32,8 +31,9 @@ import numpy as np
 
 from compat.backfill.plan import bundle_version
 from compat.backfill.resume import STATE, Parts, work_dir_for
-from compat.errors import ConflictError, StorageError, UsageError
-from compat.io import atomic_path, free_bytes, human_bytes, storage_error, storage_errors
+from compat.embeddings.lock import WriterLock
+from compat.errors import StorageError, UsageError
+from compat.io import atomic_path, free_bytes, human_bytes, storage_error
 from compat.outputs import check_owned, check_target, remove_stale, replace_folder
 
 
@@ -125,65 +125,19 @@ def check_room(
         )
 
 
-class OutLock:
-    """The lock file beside ``out`` (``flock``), held for a whole run and removed after it: a
-    second run into the same ``out`` is refused at once, writing and removing nothing.
-
-    Not :class:`filelock.FileLock` (compat's lock elsewhere), for two things it lacks here:
-
-    * the holder's pid, which the refusal names: filelock 3.12 to 3.29 (pyproject.toml's
-      ``filelock>=3.12`` allows them) open the lock file with ``O_TRUNC`` on every attempt, so a
-      refused run would erase the pid the holder wrote; only 3.30 stopped truncating and added
-      ``on_acquired`` to write it under the lock;
-    * a refusal only while another run holds the lock: a non-blocking ``acquire`` that opens
-      the lock file just before its previous holder removes it (this lock file is removed after
-      every run) drops the flock it got on the removed file and raises ``Timeout``, the same
-      exception as for a live holder (filelock 4.3.2), so a run started as another ends would
-      be refused (exit 6); this lock opens the path again instead.
-    """
+class OutLock(WriterLock):
+    """The lock file beside ``out`` (``flock``, :class:`compat.embeddings.lock.WriterLock`),
+    held for a whole run and removed after it: a second run into the same ``out`` is refused at
+    once (exit 6), writing and removing nothing."""
 
     def __init__(self, out: Path) -> None:
-        self.out, self.path = out, lock_path_for(out)
-        self.fd: int | None = None
-
-    def __enter__(self) -> OutLock:
-        import fcntl
-
-        while True:
-            try:
-                with storage_errors(self.path):
-                    self.path.parent.mkdir(parents=True, exist_ok=True)  # --out new/g2.npz
-                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as err:
-                raise UsageError(
-                    f"--out {self.out}: cannot write beside it ({_one_line(err)})"
-                ) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-                os.close(fd)
-                raise ConflictError(
-                    f"--out {self.out}: another backfill (pid {holder}) is writing it; wait for "
-                    "it to finish, or choose another --out"
-                ) from None
-            try:  # the holder before us may have removed (and another run re-made) the file
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)  # while still holding it: a waiting run re-opens the path
-        if self.fd is not None:
-            os.close(self.fd)
+        self.out = out
+        super().__init__(
+            lock_path_for(out),
+            busy=f"--out {out}: another backfill (pid {{pid}}) is writing it; wait for it to "
+            "finish, or choose another --out",
+            cannot=f"--out {out}: cannot write beside it",
+        )
 
 
 def remove_stale_swaps(out: Path) -> None:

@@ -34,6 +34,12 @@ HELP = (
     "--engine ray runs psi as Ray tasks, one per block (any format, any --fraction): on a "
     "local Ray runtime, or on the cluster named by RAY_ADDRESS; the output is identical to the "
     "local engine's.\n\n"
+    "A LanceDB table (--gallery <folder>/<name>.lance, no --out) is backfilled in place: the "
+    "column vec_<to> is added (or filled further) from vec_<from>, fragment by fragment, in one "
+    "commit, without rewriting any other column; rows --fraction leaves out stay null in "
+    "vec_<to>. A killed run resumes from its finished fragments (.<name>.lance.backfill/ beside "
+    "the table); one command at a time writes a table (.<name>.lance.lock). With --engine ray "
+    "each fragment is one Ray task that reads, maps and writes it. See docs/lancedb.md.\n\n"
     "A psi the upgrade stage refused (it did not beat the gallery left alone) upgrades "
     "nothing: --out is not written and the command exits 7, unless --allow-refused accepts "
     "that (exit 0); --json then says written: false and why.\n\n"
@@ -42,23 +48,31 @@ HELP = (
     ".<out>.backfill.lock beside it). A failed run removes its work folder; a killed one keeps "
     "it to resume, and a saved batch that fails its sha256 is computed again.\n\n"
     "Exit codes: 0 done (or nothing to do, accepted with --allow-refused); 2 usage (bad "
-    "option, --out is, holds or lies inside the input, --out holds something a backfill did "
-    "not write, --out cannot be written: under a file, under /proc); 3 a file is missing "
-    "(gallery, psi); 4 bad input (rows not made by --from, psi of other versions or "
-    "dimensions, NaN or inf rows, unreadable files, a wrong Parquet schema); 5 the disk is "
-    "full, over quota or read-only (the path and the bytes needed are named); 6 another "
-    "backfill is writing --out; 7 nothing upgraded, --out not written (psi was refused)."
+    "option, --out missing for a file or given for a table, --out is, holds or lies inside "
+    "the input, --out holds something a backfill did not write, --out cannot be written: under "
+    "a file, under /proc); 3 a file is missing (gallery, table, psi); 4 bad input (rows not "
+    "made by --from, psi of other versions or dimensions, NaN or inf rows, unreadable files, a "
+    "wrong Parquet schema, a table without ids or with duplicate ids, a vector column of the "
+    "wrong width or not named for a version); 5 the disk is full, over quota or read-only (the "
+    "path and the bytes needed are named); 6 another backfill is writing --out or the table; 7 "
+    "nothing upgraded, --out not written (psi was refused)."
 )
 
 
 def backfill(
     gallery: Path = typer.Option(
-        ..., "--gallery", "-g", help="Stored gallery: .npz, .npy or a Parquet folder."
+        ...,
+        "--gallery",
+        "-g",
+        help="Stored gallery: .npz, .npy, a Parquet folder or a .lance table.",
     ),
     source: str = typer.Option(..., "--from", help="Version that made the gallery's rows."),
     target: str = typer.Option(..., "--to", help="Version to upgrade the rows into."),
-    out: Path = typer.Option(
-        ..., "--out", "-o", help="Upgraded gallery: .npz, .npy or a folder (Parquet)."
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Upgraded gallery: .npz, .npy or a Parquet folder (a table: none).",
     ),
     fraction: float = typer.Option(
         1.0, "--fraction", min=0.0, max=1.0, help="Share of the gallery in --to afterwards."
@@ -94,27 +108,37 @@ def backfill(
     with exit_on_error():
         from compat.backfill.apply import backfill as run
         from compat.backfill.plan import ORDERS
+        from compat.embeddings.table import is_table
         from compat.errors import UsageError
         from compat.maps.psi import upgrade_folder
 
         if order not in ORDERS:
             raise UsageError(f"--order {order!r}: expected one of {', '.join(ORDERS)}")
-        result = run(
-            gallery,
-            out,
-            source=source,
-            target=target,
-            psi_dir=psi if psi is not None else upgrade_folder(models, target),
-            fraction=fraction,
-            order=order,
-            seed=seed,
-            batch_size=batch_size,
-            assume_from=assume_from,
-            progress=progress,
-            device=device,
-            engine=engine,
-            log=lambda msg: print(msg, file=sys.stderr),
-        )
+        common = {
+            "source": source, "target": target, "fraction": fraction, "order": order,
+            "seed": seed, "batch_size": batch_size, "progress": progress, "device": device,
+            "engine": engine, "log": lambda msg: print(msg, file=sys.stderr),
+            "psi_dir": psi if psi is not None else upgrade_folder(models, target),
+        }  # fmt: skip
+        if is_table(gallery):
+            from compat.backfill.table import backfill_table
+
+            if out is not None:
+                raise UsageError(
+                    f"--out {out}: a table is backfilled in place (no --out); export it after "
+                    "with compat data export"
+                )
+            if assume_from:
+                raise UsageError("--assume-from: a table's columns name each row's version")
+            result = backfill_table(gallery, **common)
+            out = gallery
+        else:
+            if out is None:
+                raise UsageError(
+                    "--out: missing; a file gallery is backfilled into --out (only a table, "
+                    "<folder>/<name>.lance, is backfilled in place)"
+                )
+            result = run(gallery, out, assume_from=assume_from, **common)
     code = 0 if result.written or allow_refused else NOTHING_DONE
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
@@ -127,11 +151,19 @@ def backfill(
             f"written{hint}"
         )
         raise typer.Exit(code)
-    resumed = f", resumed after {result.resumed_batches} batches" if result.resumed_batches else ""
+    unit = "fragments" if is_table(gallery) else "batches"
+    resumed = f", resumed after {result.resumed_batches} {unit}" if result.resumed_batches else ""
+    wrote = f"wrote {out}"
+    if is_table(gallery):
+        wrote = (
+            f"wrote {result.column} of {out} (table version {result.table_version})"
+            if result.table_version is not None
+            else f"{out} unchanged"
+        )
     print(
         f"backfill: {result.upgraded} of {result.total} rows upgraded {source} -> {target} "
-        f"in {result.batches} batches{resumed}; {result.already + result.upgraded} rows in "
-        f"{target}, {result.remaining} in {source}; wrote {out}"
+        f"in {result.batches} {unit}{resumed}; {result.already + result.upgraded} rows in "
+        f"{target}, {result.remaining} in {source}; {wrote}"
     )
 
 
