@@ -76,7 +76,8 @@ def _gain_text(g: dict[str, Any]) -> str:
     if lo is not None and hi is not None:
         text += f" [{pct(lo, 0)}, {pct(hi, 0)}]"
     if not g.get("meaningful"):
-        text += f" (not meaningful: {g.get('reason')})"
+        reason = str(g.get("reason")).replace("*", "\\*")  # new*: not Markdown emphasis
+        text += f" (not meaningful: {reason})"
     return text
 
 
@@ -122,12 +123,6 @@ def _papers_gains() -> str:
         f"{paragons}; `experiments/adapters/`, its own run of the same chain, M({first}, {first}) "
         f"{pair(_cell(m, 'top1', first, first), _cell(m, 'mAP', first, first))}): {_gains(a)}."
     )
-    above = _above(a)
-    if above:
-        text += (
-            f" Above 100% ({', '.join(above)}) the version, which fine-tunes its parent, beats "
-            "a paragon trained from scratch: that paragon bounds nothing there."
-        )
     return text
 
 
@@ -166,6 +161,9 @@ def default_chain_notes() -> str:
     else:
         failed = ", ".join(f"M({q}, {g})" for q, g in crosses if (q, g) not in held)
         out.append(f"The criterion does not hold with 95% confidence for {failed}.")
+    paragraphs = [out]
+    out = []
+    paragraphs.append(out)
     out.append(
         "Update gains (BCT Eq. 9, top-1, 95% bootstrap interval) against the fine-tuned "
         f"paragons: {_gains(d)}."
@@ -180,12 +178,14 @@ def default_chain_notes() -> str:
         out.append("None is above 100%: each fine-tuned paragon bounds its version.")
     if (ROOT / PAPERS_PARAGONS).exists():
         out.append(_papers_gains())
+    out = []
+    paragraphs.append(out)
     for new, fwd in d.get("forward", {}).items():
         out.append(_psi_text(new, fwd))
     env = d.get("environment")
     if env:
         out.append(f"Produced on: {_machine(env)}.")
-    return "\n".join(_wrap(" ".join(out)))
+    return "\n\n".join("\n".join(_wrap(" ".join(p))) for p in paragraphs if p)
 
 
 def _psi_text(new: str, fwd: dict[str, Any]) -> str:
