@@ -781,6 +781,52 @@ def sequence_template() -> str:
     return _sequence_gallery("template")
 
 
+def sequence_targets() -> str:
+    """The sequence experiment against the paper's targets (issue 13's), per gallery kind, from
+    experiments/sequence/metrics/summary.json."""
+    s = _json("experiments/sequence/metrics/summary.json")
+
+    def row(target: str, cell: Callable[[str], str]) -> str:
+        return f"| {target} | {cell('')} | {cell('-template')} |"
+
+    def ac(g: str) -> str:
+        t = s["hoc" + g]["identification"]["top1"]
+        chain, _ = _sequence_matrix("hoc" + g)
+        n = len(chain) * (len(chain) - 1) // 2
+        met = "met" if t["ac"] >= 0.8 else "**not met**"
+        return f"{t['ac']:.2f}: {met} ({round(t['ac'] * n)} of {n} pairs)"
+
+    def aa(g: str) -> str:
+        hoc, er = (s[m + g]["identification"]["top1"]["aa"] for m in ("hoc", "er"))
+        return f"{pct(hoc)}% against {pct(er)}%: {'met' if hoc >= er else 'not met'}"
+
+    def er(g: str) -> str:
+        v = s["er" + g]["identification"]["top1"]["ac"]
+        return f"{v:.2f}: {'met' if v <= 0.2 else 'not met'}"
+
+    def rises(g: str) -> str:
+        reps = s["hoc" + g]["replacement"]
+        steps = [f"{pct(r['aa_before'])}% -> {pct(r['aa_with'])}% at {v.removeprefix('hoc-')}" for v, r in reps.items()]  # fmt: skip
+        ok = all(r["aa_with"] > r["aa_before"] for r in reps.values())
+        return ", ".join(steps) + f": {'met' if ok else 'not met'}"
+
+    return "\n".join(
+        [
+            "| target | instance gallery | template gallery (the reference's) |",
+            "|---|---|---|",
+            row("hoc AC >= 0.8", ac),
+            row("hoc AA at least er's", aa),
+            row("er AC <= 0.2", er),
+            row("hoc's AA rises at each replacement", rises),
+        ]
+    )
+
+
+def sequence_instance_map_ac() -> str:
+    """hoc's AC by mAP on the instance gallery (inline)."""
+    return f"{_json('experiments/sequence/metrics/summary.json')['hoc']['identification']['mAP']['ac']:.2f}"
+
+
 def sequence_source() -> str:
     """The sequence experiment's source size (inline): classes x images per class."""
     import yaml
@@ -887,6 +933,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sequence-replacements": sequence_replacements,
     "sequence-source": sequence_source,
     "sequence-instance": sequence_instance,
+    "sequence-targets": sequence_targets,
+    "sequence-instance-map-ac": sequence_instance_map_ac,
     "sequence-template": sequence_template,
     "adapters": adapters,
     "adapters-scratch": adapters_scratch,
