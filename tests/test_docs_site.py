@@ -146,3 +146,12 @@ def test_getting_started_installs_as_the_readme_does():
     readme = (ROOT / "README.md").read_text(encoding="utf-8").split("```bash\n", 1)[1].split("```", 1)[0]  # fmt: skip
     first = next(line for line in readme.splitlines() if line and not line.startswith("#"))
     assert [line for line in block.splitlines() if line] == [first]
+
+
+def test_mkdocs_yml_is_plain_yaml():
+    """The pre-commit hook (and CI's hooks job) parses every YAML file with yaml.safe_load:
+    mkdocs.yml must not need MkDocs's own loader (no !!python tags)."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["strict"] is True and config["docs_dir"] == "docs"
