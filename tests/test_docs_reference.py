@@ -42,3 +42,16 @@ def test_a_stale_reference_is_caught():
     stale = text.replace("## `compat promote`", "## `compat promote-now`", 1)
     _, changed = ref.render(stale)
     assert changed == ["cli"]
+
+
+def test_the_exit_code_table_lists_every_code_compat_exits_with():
+    """docs/exit-codes.md has one row per code, 0 to 7: the codes of compat/errors.py's error
+    classes, 1 (a failed criterion) and NOTHING_DONE."""
+    import re
+
+    from compat import errors
+
+    text = (ROOT / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+    rows = [int(m) for m in re.findall(r"^\| (\d) \|", text, re.M)]
+    classes = {c.exit_code for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.CompatError)}  # fmt: skip
+    assert rows == sorted(set(rows)) == sorted(classes | {0, 1, errors.NOTHING_DONE})
