@@ -7,7 +7,9 @@ chain, paragons, protocols, bootstrap), ``splits/eval.json``, ``data/source.json
 through ``cache/embeddings/`` (the evaluate stage's entries). Writes ``metrics/adapted.json``
 (:mod:`compat.evaluate.adapted`); where ``evaluate.forward`` has a psi (or gallery map) on an
 adapter's own pair, that entry also has M(new, psi(old)) and the served pair's partial-backfill
-curve. A stage of its own, not part of ``evaluate``: an adapter fitted again (the ``adapt``
+curve. A query blend of ``evaluate.adapters`` is evaluated as served: M(blend(new), old). For
+each pair (new, old) the stage says which configuration served the old gallery best, or, when
+none beats keeping the old model, which came closest. A stage of its own, not part of ``evaluate``: an adapter fitted again (the ``adapt``
 stage's ``maps/`` outputs) re-runs these cells only, and the evaluate stage's outputs are the
 same with or without ``evaluate.adapters``.
 
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         from compat.data.sources import open_source
         from compat.data.split import load_eval_manifest
-        from compat.evaluate.adapted import run_adapted, write_adapted
+        from compat.evaluate.adapted import best_served, run_adapted, write_adapted
         from compat.evaluate.config import EvaluateConfig
         from compat.maps.gallery import served_pair_maps
         from compat.maps.query import adapted_embeddings, adapter_joins
@@ -88,6 +90,20 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 verdict = "passes" if e["passes"] else "does not pass"
                 print(f"evaluate-adapters: {name}: identification {metric}: {cells}; {verdict} BCT")
+        for best in best_served(adapted):  # per pair: what served it best, or came closest
+            lb = best["lower_bound"]
+            numbers = (
+                f"identification top1 {100 * best['served']:.1f} against {100 * best['kept']:.1f} "
+                f"keeping {best['old']}, lower bound " + ("n/a" if lb is None else f"{lb:+.4f}")
+            )
+            if best["passes"]:
+                print(f"evaluate-adapters: {best['new']} on {best['old']}'s gallery: "
+                      f"{best['passing']} of {best['configurations']} configurations beat keeping "
+                      f"{best['old']}; best {best['best']} ({numbers})")  # fmt: skip
+            else:
+                print(f"evaluate-adapters: {best['new']} on {best['old']}'s gallery: no "
+                      f"configuration of {best['configurations']} beats keeping {best['old']}; "
+                      f"closest {best['best']} ({numbers})")  # fmt: skip
         if not adapted:
             print(f"evaluate-adapters: no query adapters in {args.section}.adapters; wrote {{}}")
         return 0

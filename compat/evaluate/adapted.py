@@ -2,7 +2,9 @@
 the old gallery as stored (Drift-Adapter, Vejendla, EMNLP 2025, arXiv 2509.23471).
 
 For each map of ``evaluate.adapters`` (a :mod:`compat.maps` map of role ``query-adapter``, from
-``new`` to ``old``), on the evaluation manifest and for every protocol of the config:
+``new`` to ``old``, or a query blend, whose served queries interpolate the adapted ones with the
+old model's own: the ``adapted`` cell is then M(blend(new), old)), on the evaluation manifest and
+for every protocol of the config:
 
 * ``adapted`` M(adapt(new), old): the adapted queries on the old gallery, no backfill;
 * ``native``  M(new, old): the raw new queries on the old gallery (BCT's cross test). Between two
@@ -75,10 +77,13 @@ CellKey = tuple[str, str]
 Upgraded = tuple[str, np.ndarray]  # (old version, psi(old rows) in the new version's space)
 
 
-def adapted_row(name: str, new: str, old: str) -> str:
+def adapted_row(name: str, new: str, old: str, role: str = "query-adapter") -> str:
     """The matrix row of map ``name``'s adapted queries: ``adapt(<new>)`` (the gate's name,
     :func:`compat.contracts.schema.adapter_name`) for the map named ``<new>-to-<old>`` (the
-    contract's default folder), else ``adapt(<name>)``."""
+    contract's default folder), else ``adapt(<name>)``; a query blend's ``blend(<new>)`` for
+    ``<new>-to-<old>-blend``, else ``blend(<name>)``."""
+    if role == "query-blend":
+        return f"blend({new})" if name == f"{new}-to-{old}-blend" else f"blend({name})"
     return f"adapt({new})" if name == f"{new}-to-{old}" else f"adapt({name})"
 
 
@@ -89,12 +94,13 @@ class AdaptedRows:
     name: str  # the map's name (its key in evaluate.adapters)
     new: str
     old: str
-    rows: np.ndarray  # adapt(embeddings[new]): (n, old's width), L2-normalised
+    rows: np.ndarray  # adapt(embeddings[new]) (or the blend's): (n, old's width), L2-normalised
     info: dict[str, Any] = field(default_factory=dict)  # the map's provenance
+    role: str = "query-adapter"  # or query-blend: the adapted rows interpolated with old's
 
     @property
     def row(self) -> str:
-        return adapted_row(self.name, self.new, self.old)
+        return adapted_row(self.name, self.new, self.old, self.role)
 
 
 def adapted_versions(config: EvaluateConfig, joins: Mapping[str, tuple[str, str]]) -> list[str]:
@@ -365,6 +371,37 @@ def _metric_entry(comparison: Comparison, metric: str) -> dict[str, Any]:
     return e
 
 
+def best_served(
+    adapted: Mapping[str, Any], protocol: str = "identification", metric: str = "top1"
+) -> list[dict[str, Any]]:
+    """Per pair (new, old) of the entries: the served configuration (adapter or blend) whose
+    lower bound of M(served, old) - M(old, old) is highest, whether it passes BCT's criterion,
+    and how many configurations were measured; where none passes, it is the one that came
+    closest to beating keeping the old model. Pairs in the entries' order."""
+    pairs: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for name, entry in adapted.items():
+        e = entry["metrics"].get(protocol, {}).get(metric)
+        if e is not None:
+            pairs.setdefault((entry["new"], entry["old"]), []).append((name, e))
+    out = []
+    for (new, old), found in pairs.items():
+
+        def bound(item: tuple[str, dict[str, Any]]) -> float:
+            d = item[1]["adapted_minus_old"]
+            v = d.get("lower_bound", d.get("value"))
+            return -np.inf if v is None else float(v)
+
+        name, e = max(found, key=bound)  # the first of equal bounds
+        d = e["adapted_minus_old"]
+        out.append({
+            "new": new, "old": old, "protocol": protocol, "metric": metric, "best": name,
+            "served": e["adapted"], "kept": e["old"], "lower_bound": d.get("lower_bound"),
+            "passes": bool(e["passes"]), "configurations": len(found),
+            "passing": sum(bool(x["passes"]) for _, x in found),
+        })  # fmt: skip
+    return out
+
+
 # ---------------------------------------------------------------------------- writing
 
 
@@ -384,6 +421,7 @@ __all__ = [
     "Upgraded",
     "adapted_row",
     "adapted_versions",
+    "best_served",
     "evaluate_adapted",
     "run_adapted",
     "write_adapted",

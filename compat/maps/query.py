@@ -1,6 +1,8 @@
 """Query adapters applied for evaluation: each map of ``evaluate.adapters`` loaded (weights'
 sha256 checked), checked against the versions it is evaluated with and applied to its new
-version's evaluation-set rows (:class:`compat.evaluate.adapted.AdaptedRows`).
+version's evaluation-set rows (:class:`compat.evaluate.adapted.AdaptedRows`); a query blend
+(role ``query-blend``) serves the blended queries, the adapted rows interpolated with the old
+version's own rows of the same items (:mod:`compat.maps.blend`).
 
 Unlike the gate (:func:`compat.registry.serving.apply_map`), a map its own held-out check
 refused is evaluated too: the report names the refusal beside numbers that show why.
@@ -32,8 +34,9 @@ def adapted_embeddings(
     weights: Mapping[str, str] | None = None,
 ) -> dict[str, AdaptedRows]:
     """Load each map (weights' sha256 checked), check it against the evaluated versions (role
-    ``query-adapter``, widths, and, with ``weights``, that it was fitted on these versions'
-    weights: BadInputError naming its card otherwise) and apply it to its new version's rows."""
+    ``query-adapter`` or ``query-blend``, widths, and, with ``weights``, that it was fitted on
+    these versions' weights: BadInputError naming its card otherwise) and serve its new
+    version's rows (a blend's with the old version's rows of the same items)."""
     from compat.maps.store import load_map
 
     made = weights or {}
@@ -41,10 +44,10 @@ def adapted_embeddings(
     for name, folder in folders.items():
         fitted = load_map(folder)
         card, where = fitted.card, Path(folder) / "card.json"
-        if card.role != "query-adapter":
+        if card.role not in ("query-adapter", "query-blend"):
             raise BadInputError(
                 f"{where}: role: a {card.role} map; evaluate.adapters takes query adapters "
-                "(new queries -> old space)"
+                "and query blends (new queries -> old space)"
             )
         new, old = card.from_, card.to
         for side, version, info in (("from", new, card.data.source), ("to", old, card.data.target)):
@@ -63,7 +66,8 @@ def adapted_embeddings(
                 f"{where}: in_dim/out_dim: the map joins {card.in_dim} -> {card.out_dim} dims, "
                 f"{new} -> {old} are {e_new.shape[1]} -> {e_old.shape[1]}"
             )
-        out[name] = AdaptedRows(name, new, old, fitted.apply(e_new), card.provenance(folder))
+        rows = fitted.queries(e_new, e_old)
+        out[name] = AdaptedRows(name, new, old, rows, card.provenance(folder), card.role)
     return out
 
 

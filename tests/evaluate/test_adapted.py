@@ -18,6 +18,7 @@ from compat.evaluate.adapted import (
     AdaptedRows,
     adapted_row,
     adapted_versions,
+    best_served,
     evaluate_adapted,
     run_adapted,
     write_adapted,
@@ -372,3 +373,44 @@ def test_a_gallery_map_on_an_adapters_pair_gives_the_served_pair_curve(runner):
     for p in top1["curve"]:
         assert p["value"] == pytest.approx(top1["old"], abs=0.02)
     assert served_pair_maps({}, adapter_joins(cfg.adapters)) is None
+
+
+def test_a_query_blend_is_evaluated_as_served(tmp_path):
+    """Issue 42 item 1: a blend's adapted cell is M(blend(new), old), its rows the adapted
+    queries interpolated with the old version's own rows of the same items; named as the gate
+    names it for the default folder ``<new>-to-<old>-blend``."""
+    from compat.maps import CheckConfig, fit_map, save_map
+    from compat.maps.blend import slerp
+
+    manifest, emb, _ = synthetic()
+    assert adapted_row("v3-to-v1-blend", "v3", "v1", "query-blend") == "blend(v3)"
+    assert adapted_row("b", "v3", "v1", "query-blend") == "blend(b)"
+    assert adapter_name("v3", "query-blend") == "blend(v3)"
+    fitted = fit_map("procrustes", emb["v2p"], emb["v1"], role="query-blend", blend={"weight": 0.5},
+                     check=CheckConfig(refuse=False), from_name="v2p", to_name="v1")  # fmt: skip
+    save_map(tmp_path / "v2p-to-v1-blend", fitted)
+    got = adapted_embeddings({"v2p-to-v1-blend": tmp_path / "v2p-to-v1-blend"}, emb)
+    a = got["v2p-to-v1-blend"]
+    assert (a.row, a.role, a.info["blend_weight"]) == ("blend(v2p)", "query-blend", 0.5)
+    np.testing.assert_array_equal(a.rows, slerp(emb["v1"], fitted.apply(emb["v2p"]), 0.5))
+    out = evaluate_adapted(manifest, emb, got, EvaluateConfig(**CFG, protocols=["identification"]))
+    assert out["v2p-to-v1-blend"]["cells"]["adapted"] == ["blend(v2p)", "v1"]
+
+
+def _entry(new, old, served, kept, lb):
+    top1 = {"adapted": served, "old": kept, "passes": lb > 0,
+            "adapted_minus_old": {"value": served - kept, "lower_bound": lb}}  # fmt: skip
+    return {"new": new, "old": old, "metrics": {"identification": {"top1": top1}}}
+
+
+def test_best_served_names_the_best_or_the_closest_configuration():
+    entries = {
+        "a": _entry("v3", "v1", 0.60, 0.55, 0.02),
+        "b": _entry("v3", "v1", 0.62, 0.55, 0.05),
+        "c": _entry("v2", "v1", 0.50, 0.55, -0.08),
+        "d": _entry("v2", "v1", 0.54, 0.55, -0.03),
+    }
+    v3, v2 = best_served(entries)
+    assert (v3["best"], v3["passes"], v3["passing"], v3["configurations"]) == ("b", True, 2, 2)
+    assert (v2["best"], v2["passes"], v2["passing"], v2["lower_bound"]) == ("d", False, 0, -0.03)
+    assert (v2["served"], v2["kept"]) == (0.54, 0.55)

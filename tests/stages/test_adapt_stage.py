@@ -140,3 +140,51 @@ def test_unknown_map_or_missing_version_is_not_found(in_tmp, capsys):
     assert "params.yaml: adapt.nope: no such map (declared: m)" in capsys.readouterr().err
     assert _stage()([]) == 3  # models/v2 does not exist
     assert "models/v2" in capsys.readouterr().err
+
+
+def _validation(root: Path, manifest) -> None:
+    """splits/validation.json over the items of the tiny split (a wiring check: the stage reads
+    it as the evaluation set is read, query and gallery items of each class)."""
+    from compat.data.split import EvalManifest
+    from compat.io import fingerprint, write_json
+
+    seen: dict[str, int] = {}
+    query, gallery = [], []
+    for k, lab in enumerate(manifest.labels):
+        seen[lab] = seen.get(lab, 0) + 1
+        (query if seen[lab] % 2 else gallery).append(k)
+    body = {"source_fingerprint": manifest.source_fingerprint, "items": manifest.items,
+            "labels": manifest.labels, "query": query, "gallery": gallery,
+            "nonmated_classes": [], "pairs": []}  # fmt: skip
+    write_json(root / "splits" / "validation.json",
+               EvalManifest(**body, fingerprint=fingerprint(body)).model_dump())  # fmt: skip
+
+
+def test_with_a_validation_split_every_map_is_checked_there_as_the_gate_judges(in_tmp, capsys):
+    """Issue 42 items 1 and 3: a blend entry is a query blend (its weight on its card), and with
+    splits/validation.json each map is checked there (the set's numbers decide and are in the
+    card, adapters.json and the summary line); both versions embed the set through the cache."""
+    from compat.data.split import load_train_manifest
+    from compat.maps import load_map
+
+    maps = {"v2-to-v1": MAPS["v2-to-v1"],
+            "v2-to-v1-blend": {**MAPS["v2-to-v1"], "blend": "slerp"}}  # fmt: skip
+    _project(in_tmp, maps)
+    _validation(in_tmp, load_train_manifest(in_tmp / "splits" / "v2.json"))
+    assert _stage()(["--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    metrics = json.loads((in_tmp / "metrics" / "adapters.json").read_text())
+    for name, line in zip(maps, out, strict=True):
+        card = load_map(in_tmp / "maps" / name).card
+        v = card.verdict
+        assert v is not None and v.set == "split:validation" and v.queries == 24
+        assert metrics[name]["verdict"] == v.model_dump(mode="json")
+        assert "on split:validation as the gate judges" in line
+        lb = v.lower_bound
+        assert (card.refused is None) == (lb is not None and lb > 0)  # the set decides
+    blend = load_map(in_tmp / "maps" / "v2-to-v1-blend").card
+    assert blend.role == "query-blend" and metrics["v2-to-v1-blend"]["blend"]["weight"] == (
+        blend.blend.weight
+    )
+    assert "blend weight" in out[1] and metrics["v2-to-v1"]["blend"] is None
+    assert len(list((in_tmp / "cache" / "embeddings").glob("*.npz"))) == 4
