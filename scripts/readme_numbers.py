@@ -378,6 +378,46 @@ def adapters() -> str:
     return "\n".join(rows)
 
 
+def adapters_notes() -> str:
+    """What the default pipeline's adapters table says: the new model's native cell against
+    v1's self test, and which adapters were kept or refused, and how the refused ones did on
+    the evaluation classes."""
+    fits = _json("metrics/adapters.json")
+    cells = _json("metrics/adapted.json")
+    out = []
+    first = next(iter(cells.values()))
+    t = first["metrics"]["identification"]["top1"]
+    new = first.get("new", "the new model")
+    if t["native"] > t["old"]:
+        out.append(
+            f"`{new}` already searches v1's gallery better than v1 does without any map (native "
+            f"{pct(t['native'])} against M(v1, v1) {pct(t['old'])} top-1): it is not unrelated to "
+            "v1, and an adapter adds on top."
+        )
+    else:
+        out.append(
+            f"`{new}`'s raw queries do not beat v1's self test on its gallery (native "
+            f"{pct(t['native'])} against {pct(t['old'])} top-1)."
+        )
+    kept = [n for n, f in fits.items() if not f["refused"]]
+    refused = [n for n, f in fits.items() if f["refused"]]
+    if kept:
+        out.append(f"Kept when fitted: {', '.join(kept)}.")
+    if refused:
+        passing = [
+            n for n in refused
+            if cells[n]["metrics"]["identification"]["top1"]["adapted_minus_old"]["lower_bound"] > 0
+        ]  # fmt: skip
+        text = f"Refused when fitted (not above its baseline on held-out training classes with the gate's confidence): {', '.join(refused)}"
+        if passing:
+            text += (
+                f"; {', '.join(passing)} would still pass BCT's criterion on the evaluation classes, "
+                "but `serve: query-adapter` serves no refused map"
+            )
+        out.append(text + ".")
+    return "\n".join(_wrap(" ".join(out)))
+
+
 # --- a model trained elsewhere, from scratch (experiments/adapters) --------------------------
 
 SCRATCH = "experiments/adapters/metrics"
@@ -937,6 +977,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sequence-instance-map-ac": sequence_instance_map_ac,
     "sequence-template": sequence_template,
     "adapters": adapters,
+    "adapters-notes": adapters_notes,
     "adapters-scratch": adapters_scratch,
     "adapters-scratch-notes": adapters_scratch_notes,
     "reproduction": reproduction,
