@@ -68,7 +68,8 @@ from compat.backfill.plan import Selection, check_rows, row_versions, select_row
 from compat.backfill.progress import Bar
 from compat.backfill.resume import Parts, check_work_folder, job_digest, resume_state, work_dir_for
 from compat.errors import BadInputError, NotFoundError, UsageError
-from compat.models.card import UpgradeCard, check_upgrade
+from compat.maps.space import card_joins
+from compat.models.card import UpgradeCard, check_joined, check_upgrade
 
 DEFAULT_BATCH = 8192
 # Meta keys that describe an embedding-cache entry; they are not true of the upgraded bundle.
@@ -130,11 +131,11 @@ def _check_map(card: Any, source: str, target: str, dim: int | None, where: str)
             f"{where}: role: a {card.role} maps queries, not stored rows; fit a gallery map "
             "(compat adapt --role gallery-map)"
         )
-    if (card.from_, card.to) != (source, target):
-        raise BadInputError(
-            f"{where}: from/to: the map reads {card.from_} and writes {card.to}, not --from "
-            f"{source} -> --to {target}"
-        )
+    versions, weights = card_joins(card)  # the check the gate and score make too
+    check_joined(
+        where, versions, weights, subject="the map", verb="joins", source=source,
+        target=target, wanted=f"not --from {source} -> --to {target}",
+    )  # fmt: skip
     if dim is not None and card.in_dim != dim:
         raise BadInputError(
             f"{where}: in_dim: the map reads {card.in_dim}-dim rows, the gallery's rows are "
@@ -149,20 +150,22 @@ def check_map_card(card: Any, source: str, target: str, dim: int | None, where: 
     check(card, source, target, dim, where)
 
 
-def _check_cache_key(meta: dict[str, Any], card: UpgradeCard, where: str, psi_where: str) -> None:
-    """A gallery that came out of the embedding cache names the weights that made it."""
-    if not isinstance(card, UpgradeCard):  # a fitted map records the files it was fitted on
-        return
+def _check_cache_key(meta: dict[str, Any], card: Any, where: str, psi_where: str) -> None:
+    """A gallery that came out of the embedding cache (``meta.cache_key``) or ``compat embed``
+    (``meta.weights_sha256``) names the weights that made it: psi, or a gallery map whose card
+    records the weights of the rows it was fitted on, must have been fitted on those."""
     key = meta.get("cache_key")
-    made_by = key.get("weights_sha256") if isinstance(key, dict) else None
-    check_upgrade(
-        card,
-        psi_where,
-        target=card.to,
+    made_by = key.get("weights_sha256") if isinstance(key, dict) else meta.get("weights_sha256")
+    field = "meta.cache_key" if isinstance(key, dict) else "meta.weights_sha256"
+    versions, weights = card_joins(card)
+    psi = isinstance(card, UpgradeCard)
+    check_joined(
+        psi_where, versions, weights, subject="psi" if psi else "the map",
+        verb="upgrades" if psi else "joins",
         from_weights=made_by if isinstance(made_by, str) else None,
-        weights_origin=f"the rows of {where} were made by (meta.cache_key)",
-        rerun="this psi does not apply to this gallery",
-    )
+        weights_origin=f"the rows of {where} were made by ({field})",
+        rerun=f"this {'psi' if psi else 'map'} does not apply to this gallery",
+    )  # fmt: skip
 
 
 def backfill(

@@ -289,17 +289,23 @@ def _file_rows(query_path, gallery_path, normalize, dim_mismatch, adapter, notes
     g = load_gallery(gallery_path)
     q_raw, g_raw = q.embeddings, g.embeddings
     if adapter is not None:
-        if q.dim != adapter.in_dim:
-            raise BadInputError(
-                f"{adapter.folder / 'card.json'}: in_dim: the adapter takes {adapter.in_dim}-dim "
-                f"rows, {query_path} has {q.dim}"
-            )
+        from compat.maps.space import Joins
+
+        # The one check of a served map (the gate's and backfill's): the versions and weights
+        # its card records against the files' own (each fact a file does not record: skipped).
+        adapter.check_serves(
+            "query-adapter", q.dim, str(query_path), None if dim_mismatch else g.dim,
+            allow_refused=True,
+            joins=Joins(source=q.version, target=g.version, from_weights=made_by(q.meta),
+                        to_weights=made_by(g.meta), weights_origin="the files' meta records",
+                        wanted=f"not {q.version or query_path} -> {g.version or gallery_path}"),
+        )  # fmt: skip
         q_raw = adapter.apply(q_raw)  # unit rows in the adapter's output space
         notes.append(
             f"query rows mapped by the {adapter.kind} adapter {adapter.folder} "
             f"({adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim})"
         )
-    if q.dim != g.dim and q_raw.shape[1] != g_raw.shape[1]:
+    if q_raw.shape[1] != g_raw.shape[1]:  # after the adapter: its output meets the gallery
         if dim_mismatch is None:
             raise BadInputError(
                 f"{query_path}: embeddings: dimension {q_raw.shape[1]} does not match {gallery_path} "
@@ -312,6 +318,15 @@ def _file_rows(query_path, gallery_path, normalize, dim_mismatch, adapter, notes
     q_emb = _normalized(q_raw, query_path) if normalize else q_raw
     g_emb = _normalized(g_raw, gallery_path) if normalize else g_raw
     return q_emb, g_emb, q.labels, g.labels, q.ids, g.ids
+
+
+def made_by(meta: dict) -> str | None:
+    """The weights digest a gallery file's meta says made its rows (``compat embed``'s
+    ``weights_sha256``, the embedding cache's ``cache_key``), else None."""
+    key = meta.get("cache_key") if isinstance(meta, dict) else None
+    found = key.get("weights_sha256") if isinstance(key, dict) else None
+    found = found or (meta.get("weights_sha256") if isinstance(meta, dict) else None)
+    return found if isinstance(found, str) else None
 
 
 def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> tuple[dict, list[str]]:

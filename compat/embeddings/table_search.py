@@ -87,6 +87,26 @@ def _queries(path: Path, version: str) -> tuple[np.ndarray | None, str | None, A
     return b.embeddings, str(path), (b, b.labels, b.ids)
 
 
+def _check_adapter(
+    adapter: Any, table: Any, source: str | None, target: str, in_dim: int, rows_of: str
+) -> None:
+    """The query adapter against the versions it serves here and the weights the table's
+    columns record (:meth:`compat.maps.space.SpaceMap.check_serves`, the one check of a served
+    map); its refusal is ``compat score``'s to report."""
+    from compat.models.card import Joins
+
+    def weights(version: str | None) -> str | None:
+        col = table.vectors.get(column_for(version)) if version else None
+        return None if col is None else col.weights_sha256
+
+    adapter.check_serves(
+        "query-adapter", in_dim, rows_of, allow_refused=True,
+        joins=Joins(source=source, target=target, from_weights=weights(source),
+                    to_weights=weights(target), weights_origin="the table's columns record",
+                    wanted=f"the rows it searches here are {target}'s"),
+    )  # fmt: skip
+
+
 def score_table(
     query: str | os.PathLike[str],
     gallery: str | os.PathLike[str],
@@ -116,6 +136,7 @@ def score_table(
         if q_ref is None:  # a cross test: the queries' own version on this gallery's rows
             q_ref, ref_from = _one_version(query)
         if adapter is not None:
+            _check_adapter(adapter, table, None, ref, q_ref.shape[1], str(query))
             q_ref, ref_from = (
                 adapter.apply(q_ref),
                 f"{ref_from} through the adapter {adapter.folder}",
@@ -133,11 +154,8 @@ def score_table(
         )
     is_ref = served == ref
     q_old, old_from, _ = _queries(query, old) if is_table(query) else (None, None, None)
-    if adapter is not None and adapter.to != old:
-        raise BadInputError(
-            f"{adapter.where}: to: the adapter maps queries into {adapter.to}; the rows not yet "
-            f"in {ref} are {old}'s"
-        )
+    if adapter is not None:  # it maps ref's queries onto the rows not yet in ref: old's
+        _check_adapter(adapter, table, ref, old, q_ref.shape[1], str(query))
     if q_old is None and adapter is not None:
         q_old, old_from = (
             adapter.apply(q_ref),

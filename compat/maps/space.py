@@ -7,9 +7,12 @@ upgrade card, :class:`compat.models.card.UpgradeCard`) and every :mod:`compat.ma
 (:class:`compat.maps.store.Map`, a :class:`compat.maps.card.MapCard`). Both cards have ``kind``,
 ``from``/``to``, ``in_dim``/``out_dim``, ``weights_sha256``, ``refused`` and ``provenance``.
 What differs is what else they record, and so what :meth:`SpaceMap.check_serves` can check
-besides role and widths: psi's card names the two versions it joins and both versions' weights
-(checked against the caller's :class:`Joins`); a map's card names the rows it was fitted on,
-versions or files (not compared), and its held-out check (a refused map is never served). A
+besides role and widths: psi's card names the two versions it joins and both versions' weights;
+a map's card names the rows it was fitted on, each side's version (a file's name when the file
+records none) and the weights that made them when it knows them. Both are checked against the
+caller's :class:`Joins` by one function (:func:`compat.models.card.check_joined`), in the gate,
+``compat score --query-adapter``, the MLflow model, evaluate and backfill alike. A map's card
+also has its held-out check (a refused map is never served). A
 refused psi is served: the upgrade stage saved the identity in its place, so serving it is "no
 upgrade", which its provenance records.
 
@@ -26,24 +29,25 @@ from typing import Any, ClassVar
 import numpy as np
 
 from compat.errors import BadInputError
+from compat.models.card import Joins  # what a caller needs a map to join
 
 CARD = "card.json"
 
 
-@dataclass(frozen=True)
-class Joins:
-    """What a caller needs a map to join: the versions and the weights they were at (what
-    psi's card records, :func:`compat.models.card.check_upgrade`; each fact left None is not
-    checked). ``wanted`` says in an error what the caller asked for, ``weights_origin`` where
-    its digests come from, ``rerun`` the fix for stale weights."""
-
-    source: str | None = None
-    target: str | None = None
-    wanted: str | None = None
-    from_weights: str | None = None
-    to_weights: str | None = None
-    weights_origin: str = "the weights at hand are"
-    rerun: str | None = None
+def card_joins(card: Any) -> tuple[tuple[str, str], tuple[str | None, str | None]]:
+    """The versions a map's card says it joins and the weights digests of the rows it was
+    fitted on (None: not recorded): psi's upgrade card names both; a :mod:`compat.maps` map's
+    card names each side's ``version`` when its rows recorded one (else its ``from``/``to``
+    name: a file's name) and the weights that made them when known."""
+    if hasattr(card, "from_weights_sha256"):  # psi's UpgradeCard
+        return (card.from_, card.to), (card.from_weights_sha256, card.to_weights_sha256)
+    data = getattr(card, "data", None)
+    source = getattr(data, "source", None) or {}
+    target = getattr(data, "target", None) or {}
+    return (
+        (str(source.get("version") or card.from_), str(target.get("version") or card.to)),
+        (source.get("weights_sha256"), target.get("weights_sha256")),
+    )
 
 
 @dataclass
@@ -148,8 +152,24 @@ class SpaceMap:
                 f"({self.refused}); a refused map is never served"
             )
 
+    def joined(self) -> tuple[tuple[str, str], tuple[str | None, str | None]]:
+        """What its card says it joins (:func:`card_joins`)."""
+        return card_joins(self.card)
+
     def _check_joins(self, joins: Joins, in_dim: int | None, rows_of: str) -> None:
-        """The facts its card records about what it joins, and the rows' width."""
+        """The versions and weights its card records against what it is served between
+        (:func:`compat.models.card.check_joined`, the check psi's card gets too), and the rows'
+        width."""
+        from compat.models.card import check_joined
+
+        versions, weights = self.joined()
+        check_joined(
+            self.where, versions, weights, subject="the map", verb="joins",
+            source=joins.source, target=joins.target, wanted=joins.wanted,
+            from_weights=joins.from_weights, to_weights=joins.to_weights,
+            weights_origin=joins.weights_origin,
+            rerun=joins.rerun or "fit the map again on these versions (compat adapt)",
+        )  # fmt: skip
         if in_dim is not None and self.in_dim != in_dim:
             raise BadInputError(
                 f"{self.where}: in_dim: the map reads {self.in_dim}-dim rows, {rows_of} are "
@@ -162,4 +182,4 @@ class SpaceMap:
         return self.applier.apply(np.asarray(x), start)
 
 
-__all__ = ["CARD", "Joins", "SpaceMap"]
+__all__ = ["CARD", "Joins", "SpaceMap", "card_joins"]

@@ -11,9 +11,11 @@ Only the fields that loading the weights needs are required; the rest is provena
 because hand-made and benchmark cards carry less of it. An unknown field is an error: a typo in a
 card must not pass as provenance.
 
-:func:`check_upgrade` is the one check of a psi card against what its user has at hand (the
-versions it should connect, the weights those versions were made by, the width of the rows it
-will be given); evaluate, promote and backfill all call it. :func:`check_paragon` is the one
+:func:`check_joined` is the one check of a fitted map against the versions it is served
+between (the versions it should connect, the weights those versions were made by), for psi and
+every :mod:`compat.maps` map; :func:`check_upgrade` is it for a psi card, with the width of the
+rows psi will be given. The gate, ``compat score --query-adapter``, the MLflow model, evaluate
+and backfill all reach it through :meth:`compat.maps.SpaceMap.check_serves`. :func:`check_paragon` is the one
 check that a version's paragon was trained on the version's own training split; evaluate and
 promote call it.
 
@@ -23,6 +25,7 @@ No torch here: the registry and the CLI read cards without loading a model.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -275,6 +278,68 @@ def write_upgrade_card(path: str | Path, card: UpgradeCard) -> Path:
     return card.write(path)
 
 
+@dataclass(frozen=True)
+class Joins:
+    """What a caller needs a map to join: the versions and the weights they were at
+    (:func:`check_joined`; each fact left None is not checked). ``wanted`` says in an error what the caller asked for, ``weights_origin`` where
+    its digests come from, ``rerun`` the fix for stale weights."""
+
+    source: str | None = None
+    target: str | None = None
+    wanted: str | None = None
+    from_weights: str | None = None
+    to_weights: str | None = None
+    weights_origin: str = "the weights at hand are"
+    rerun: str | None = None
+
+
+def check_joined(
+    where: str | Path,
+    fitted: tuple[str, str],
+    fitted_weights: tuple[str | None, str | None],
+    *,
+    subject: str = "psi",
+    verb: str = "upgrades",
+    source: str | None = None,
+    target: str | None = None,
+    wanted: str | None = None,
+    from_weights: str | None = None,
+    to_weights: str | None = None,
+    weights_origin: str = "the weights at hand are",
+    rerun: str | None = None,
+) -> None:
+    """The one check of a fitted map against the versions it is served between, for psi
+    (:func:`check_upgrade`) and every :mod:`compat.maps` map alike (its card's ``from``/``to``
+    and the weights digests of the rows it was fitted on): BadInputError (exit 4) unless
+    ``fitted`` (from, to) is ``source`` -> ``target`` and ``fitted_weights`` are the
+    ``from_weights`` / ``to_weights`` digests.
+
+    Every fact left None is not checked, and a digest the card does not record is not compared.
+    ``subject`` and ``verb`` name the map in messages ("psi upgrades", "the map joins"),
+    ``wanted`` what the caller asked for (default ``not <source> -> <target>``),
+    ``weights_origin`` where its digests come from (it precedes the digest) and ``rerun`` the fix
+    for stale weights. Messages name the card file, the field and both values.
+    """
+    fitted_from, fitted_to = fitted
+    if (target is not None and fitted_to != target) or (
+        source is not None and fitted_from != source
+    ):
+        asked = wanted or f"not {source or fitted_from} -> {target or fitted_to}"
+        raise BadInputError(
+            f"{where}: from/to: {subject} {verb} {fitted_from} -> {fitted_to}, {asked}"
+        )
+    for role, version, have, fit in (
+        ("from", fitted_from, from_weights, fitted_weights[0]),
+        ("to", fitted_to, to_weights, fitted_weights[1]),
+    ):
+        if have and fit and have != fit:
+            raise BadInputError(
+                f"{where}: {role}_weights_sha256: {subject} was fitted on {version} weights "
+                f"{fit[:12]}..., but {weights_origin} {have[:12]}...; "
+                f"{rerun or f're-run upgrade@{fitted_to}'}"
+            )
+
+
 def check_upgrade(
     card: UpgradeCard,
     where: str | Path,
@@ -290,27 +355,13 @@ def check_upgrade(
     rerun: str | None = None,
 ) -> None:
     """Raise BadInputError unless psi (``card``) upgrades ``source`` -> ``target``, was fitted on
-    the ``from_weights`` / ``to_weights`` digests and takes ``in_dim``-wide rows.
-
-    Every fact left None is not checked, and a digest the card does not record is not compared
-    (cards of hand-made psi carry none). ``wanted`` says in the error what the caller asked for
-    (default ``not <source> -> <target>``), ``weights_origin`` where its digests come from (it precedes the digest),
-    ``rows_of`` whose rows psi will be given and ``rerun`` the fix for stale weights. Messages
-    name the card file, the field and both values.
-    """
-    if card.to != target or (source is not None and card.from_ != source):
-        asked = wanted or f"not {source or card.from_} -> {target}"
-        raise BadInputError(f"{where}: from/to: psi upgrades {card.from_} -> {card.to}, {asked}")
-    for role, version, have, fitted in (
-        ("from", card.from_, from_weights, card.from_weights_sha256),
-        ("to", card.to, to_weights, card.to_weights_sha256),
-    ):
-        if have and fitted and have != fitted:
-            raise BadInputError(
-                f"{where}: {role}_weights_sha256: psi was fitted on {version} weights "
-                f"{fitted[:12]}..., but {weights_origin} {have[:12]}...; "
-                f"{rerun or f're-run upgrade@{card.to}'}"
-            )
+    the ``from_weights`` / ``to_weights`` digests (:func:`check_joined`, cards of hand-made psi
+    carry none) and takes ``in_dim``-wide rows (``rows_of`` names them)."""
+    check_joined(
+        where, (card.from_, card.to), (card.from_weights_sha256, card.to_weights_sha256),
+        source=source, target=target, wanted=wanted, from_weights=from_weights,
+        to_weights=to_weights, weights_origin=weights_origin, rerun=rerun,
+    )  # fmt: skip
     if in_dim is not None and card.in_dim != in_dim:
         raise BadInputError(
             f"{where}: in_dim: psi takes {card.in_dim}-dim rows, {rows_of} have {in_dim}"
@@ -363,9 +414,11 @@ __all__ = [
     "CARD_SCHEMA",
     "DataRecord",
     "EmbeddingsCard",
+    "Joins",
     "ModelCard",
     "UpgradeCard",
     "UpgradeRefusal",
+    "check_joined",
     "check_paragon",
     "check_upgrade",
     "dim_mismatch",

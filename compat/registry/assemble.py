@@ -13,6 +13,7 @@ registered weights and both versions' row widths before it runs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,12 +197,19 @@ def upgraded_parent(
     folder = backfill_map_folder(contract, paths.models) or upgrade_folder(
         paths.models, contract.version
     )
+    return gallery_map_rows(contract, folder, embeddings, weights_of(records))
+
+
+def weights_of(records: dict[str, VersionRecord]) -> Callable[[str], str | None]:
+    """A version's registered weights digest, which a served map must have been fitted on
+    (None: not compared; only a model version's tag names model weights, an embeddings
+    bundle's names the file)."""
 
     def weights(name: str) -> str | None:
-        # Only a model version's tag names model weights (an embeddings bundle's names the file).
-        return (registered_weights(records[name]) or None) if is_model(records[name]) else None
+        rec = records.get(name)
+        return (registered_weights(rec) or None) if rec is not None and is_model(rec) else None
 
-    return gallery_map_rows(contract, folder, embeddings, weights)
+    return weights
 
 
 def check_paragon_split(
@@ -235,7 +243,7 @@ def assemble(
     upgraded, psi = upgraded_parent(contract, records, paths, embeddings)
     from compat.registry.serving import adapted_rows
 
-    adapted, adapter = adapted_rows(contract, embeddings, paths.models)
+    adapted, adapter = adapted_rows(contract, embeddings, paths.models, weights_of(records))
     serve: dict[str, Any] = {"mode": contract.serve.mode}
     if adapter is not None:
         serve = adapter
@@ -254,4 +262,5 @@ __all__ = [
     "gather_embeddings",
     "model_folder",
     "upgraded_parent",
+    "weights_of",
 ]

@@ -234,7 +234,8 @@ def test_a_version_served_through_a_query_adapter_returns_old_space_embeddings(
         "criteria: [{protocol: identification, metric: top1}]\n"
     )
     new, old, labels, _ = drifted_pairs(n=900, d_new=DIM, d_old=12)
-    save_map(root / "maps" / "v1-to-v0", fit_map("procrustes", new, old, labels=list(labels)))
+    fitted = fit_map("procrustes", new, old, labels=list(labels), from_name="v1", to_name="v0")
+    save_map(root / "maps" / "v1-to-v0", fitted)  # a map of other versions is refused
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
