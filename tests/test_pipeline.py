@@ -92,7 +92,7 @@ def test_adapt_stage_and_evaluate_name_the_maps_of_the_adapt_section(pipeline):
         assert path == f"maps/{name}" and name in params.adapt
         assert path in adapted["deps"]
     weights = {d.split("/")[1] for d in adapted["deps"] if d.endswith("/weights.safetensors")}
-    bct_of = {p: v for v, p in params.evaluate.paragon.items()}
+    bct_of = {**{p: v for v, p in params.evaluate.paragon.items()}, **params.evaluate.counterpart}
     needed = set()
     for name in params.evaluate.adapters:
         cfg = params.adapt[name]

@@ -12,8 +12,9 @@ for every protocol of the config:
   otherwise null, with a note: not comparable;
 * ``old``     M(old, old): what the service has before the upgrade;
 * ``self``    M(new, new): a full backfill to the new model;
-* ``bct``     M(v, old) for the chain version v whose paragon ``new`` is (e.g. BCT's v3 when
-  ``new`` is v3-paragon), when the chain has that cell;
+* ``bct``     M(v, old) for the chain version v that ``evaluate.counterpart`` names for ``new``
+  (BCT's version trained on the same data: v3 for a v3-scratch), else the one whose paragon
+  ``new`` is (e.g. BCT's v3 when ``new`` is v3-paragon), when the chain has that cell;
 
 with paired bootstrap intervals (:func:`compat.compare.engine.compare`, one call per protocol,
 stream = the protocol's name, exactly as :mod:`compat.evaluate.forward`); ``adapted_minus_old``
@@ -21,9 +22,11 @@ with its one-sided lower bound at the config's confidence and ``passes``, whethe
 above 0: BCT's criterion (Shen et al., CVPR 2020, Eq. 2) for the adapted queries, judged as the
 gate judges it; ``adapted_minus_native``; ``gain``, BCT Eq. 9 with the new model's self test as
 the denominator, (M(adapt(new), old) - M(old, old)) / (M(new, new) - M(old, old)): the share of a
-full backfill's benefit the adapter keeps; and ``recovery``, M(adapt(new), old) / M(v, old), the
+full backfill's benefit the adapter keeps; ``recovery``, M(adapt(new), old) / M(v, old), the
 adapted cell as a share of BCT's compatible cross cell, with the percentile interval of the
-per-resample ratios.
+per-resample ratios; and ``bct_gain``, BCT's own update gain (M(v, old) - M(old, old)) /
+(M(new, new) - M(old, old)) against the new model, with its interval: where ``new`` was trained
+from scratch without compatibility terms, that is the paper's paragon (BCT Eq. 9).
 
 The matrix row of the adapted queries is named as the gate names it
 (:func:`compat.contracts.schema.adapter_name`, ``adapt(v3-paragon)``) for the map at the
@@ -106,7 +109,7 @@ class AdaptedRows:
 def adapted_versions(config: EvaluateConfig, joins: Mapping[str, tuple[str, str]]) -> list[str]:
     """Every version the adapted cells need, each once: each map's ``(new, old)`` of ``joins``
     and the chain version whose paragon ``new`` is (for the recovery of BCT's cross cell)."""
-    bct_of = {p: v for v, p in config.paragon.items()}
+    bct_of = {**{p: v for v, p in config.paragon.items()}, **config.counterpart}
     out: list[str] = []
     for new, old in joins.values():
         bct = bct_of.get(new)
@@ -185,7 +188,7 @@ def evaluate_adapted(
         k: r for k, r in (cells or {}).items() if all(n in r for n in names)
     }
     modes = dict(dim_mismatch or {})
-    bct_of = {p: v for v, p in config.paragon.items()}
+    bct_of = {**{p: v for v, p in config.paragon.items()}, **config.counterpart}
 
     def cell(key: Any, label: str, q: np.ndarray, g: np.ndarray) -> Mapping[str, ProtocolResult]:
         if key not in done:
@@ -333,8 +336,9 @@ def _bct_version(
     bct_of: Mapping[str, str],
     embeddings: Mapping[str, np.ndarray],
 ) -> str | None:
-    """The chain version whose paragon ``a.new`` is, when the chain has its cross cell on
-    ``a.old`` (a version deployed after ``a.old``), else None."""
+    """The chain version ``a.new`` is compared with (its counterpart, else the version whose
+    paragon it is), when the chain has its cross cell on ``a.old`` (a version deployed after
+    ``a.old``), else None."""
     v = bct_of.get(a.new)
     chain = list(config.chain)
     if v is None or a.old not in chain or v not in embeddings:
@@ -368,6 +372,7 @@ def _metric_entry(comparison: Comparison, metric: str) -> dict[str, Any]:
             ratio[~np.isfinite(ratio)] = np.nan  # a resample where M(v, old) = 0: undefined
             recovery["interval"] = num_pair(percentile_interval(ratio, comparison.confidence))
         e["recovery"] = recovery
+        e["bct_gain"] = formatted.gain("bct", "old", "self")  # against the new model (Eq. 9)
     return e
 
 

@@ -91,6 +91,13 @@ class EvaluateConfig(BaseModel):
         "and M(new, new) (the evaluate-adapters stage, compat.evaluate.adapted, "
         "metrics/adapted.json)",
     )
+    counterpart: dict[Name, Name] = Field(
+        default_factory=dict,
+        description="a model trained elsewhere (an adapter's new version) -> the chain version "
+        "BCT trained on the same data: the adapted cells are set beside M(that version, old) "
+        "and BCT's update gain is measured against the model (the paper's paragon); default: "
+        "the version whose paragon it is",
+    )
     backfill_fractions: list[float] = Field(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],
         min_length=1,
@@ -146,6 +153,12 @@ class EvaluateConfig(BaseModel):
                 raise ValueError(f"paragon: {version!r} is not in the chain {self.chain}")
             if paragon == version:
                 raise ValueError(f"paragon: {version!r} cannot be its own paragon")
+        for model, version in self.counterpart.items():
+            if version not in self.chain or model in self.chain:
+                raise ValueError(
+                    f"counterpart: {model!r} -> {version!r}: a model outside the chain "
+                    f"{self.chain} and a chain version"
+                )
         for version in self.forward:
             if version not in self.chain and version not in self.paragon.values():
                 raise ValueError(

@@ -414,3 +414,26 @@ def test_best_served_names_the_best_or_the_closest_configuration():
     assert (v3["best"], v3["passes"], v3["passing"], v3["configurations"]) == ("b", True, 2, 2)
     assert (v2["best"], v2["passes"], v2["passing"], v2["lower_bound"]) == ("d", False, 0, -0.03)
     assert (v2["served"], v2["kept"]) == (0.54, 0.55)
+
+
+def test_a_counterpart_sets_a_model_trained_elsewhere_beside_bct_with_bcts_gain():
+    """``evaluate.counterpart``: v2s, trained apart (not a paragon), is compared with BCT's v2 on
+    the same data: recovery M(adapt(v2s), v1) / M(v2, v1), and BCT's update gain measured
+    against v2s, (M(v2, v1) - M(v1, v1)) / (M(v2s, v2s) - M(v1, v1)) (BCT Eq. 9, the paper's
+    paragon)."""
+    manifest, emb, rot = synthetic()
+    emb.pop("v2p")
+    emb["v2s"] = _unit(emb["v2"].astype(np.float64) @ rot)  # as good as v2, in its own space
+    cfg = EvaluateConfig(chain=["v1", "v2"], counterpart={"v2s": "v2"}, bootstrap=200,
+                         protocols=["identification"])  # fmt: skip
+    assert adapted_versions(cfg, {"m": ("v2s", "v1")}) == ["v2s", "v1", "v2"]
+    rows = _unit(emb["v2s"].astype(np.float64) @ rot.T)
+    e = evaluate_adapted(manifest, emb, {"m": AdaptedRows("m", "v2s", "v1", rows)}, cfg)["m"]
+    m = e["metrics"]["identification"]["top1"]
+    assert e["bct"] == "v2" and m["recovery"]["value"] == pytest.approx(m["adapted"] / m["bct"])
+    g = m["bct_gain"]
+    assert g["value"] == pytest.approx((m["bct"] - m["old"]) / (m["self"] - m["old"]))
+    assert g["interval"][0] <= g["value"] <= g["interval"][1]
+    for bad in ({"v2s": "v3"}, {"v1": "v2"}):
+        with pytest.raises(ValueError, match="counterpart"):
+            EvaluateConfig(chain=["v1", "v2"], counterpart=bad)
