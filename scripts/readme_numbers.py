@@ -925,6 +925,68 @@ def headline() -> str:
     return "\n".join(_wrap(" ".join(out)))
 
 
+FIRST_SESSION = "docs/first-session.txt"
+
+
+def _session_checks(text: str) -> list[str]:
+    """Every number of the recorded session's verdict tables and gain lines that differs from
+    metrics/compat.json (empty: the session was recorded on the committed weights)."""
+    d = _json("metrics/compat.json")
+    m, diff, gains = d["matrix"], d["difference"], d["gain"]
+    wrong: list[str] = []
+    version, header = None, None
+    for line in text.splitlines():
+        if head := re.match(r"^(\S+) vs (\S+)$", line):
+            version = head.group(1)
+        if gain := re.match(r"^update gain (\S+) (\S+) vs \S+: ([-\d.]+)%", line):
+            proto, metric, shown = gain.groups()
+            value = gains[proto][metric][version][next(iter(gains[proto][metric][version]))][
+                "value"
+            ]
+            if shown != f"{100 * value:.1f}":
+                wrong.append(f"{line!r}: metrics say {100 * value:.1f}%")
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if "protocol" in cells:
+            header = cells
+            continue
+        if header is None or len(cells) != len(header):
+            continue
+        row = dict(zip(header, cells, strict=True))
+        q, g, proto, metric = (
+            row.get("query", version),
+            row["gallery"],
+            row["protocol"],
+            row["metric"],
+        )
+        d_ = diff[proto][metric][q][g]
+        expect = {
+            "new": f"{m[proto][metric][q][g]:.4f}",
+            "baseline": f"{m[proto][metric][g][g]:.4f}",
+            "difference": f"{d_['value']:+.4f}",
+            "lower bound": f"{d_['lower_bound']:+.4f}" if row["lower bound"] != "-" else "-",
+            "gain": f"{100 * gains[proto][metric][q][g]['value']:.1f}%",
+        }
+        for key, value in expect.items():
+            if row[key] != value:
+                wrong.append(f"{q} on {g}, {proto} {metric}, {key}: session {row[key]}, metrics {value}")  # fmt: skip
+    return wrong
+
+
+def first_session() -> str:
+    """The README's first session as recorded by scripts/first_session.py, every number of its
+    verdicts checked against metrics/compat.json."""
+    text = (ROOT / FIRST_SESSION).read_text(encoding="utf-8")
+    wrong = _session_checks(text)
+    if wrong:
+        raise SystemExit(
+            f"error: {FIRST_SESSION} disagrees with metrics/compat.json ({'; '.join(wrong[:3])}): "
+            "record it again with python scripts/first_session.py"
+        )
+    return "```console\n" + text.rstrip("\n") + "\n```"
+
+
 def _console(command: list[str], output: str) -> str:
     return "\n".join(["```console", "$ " + " ".join(command), output.rstrip("\n"), "```"])
 
@@ -970,6 +1032,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "headline": headline,
     "metrics-show": metrics_show,
     "contract-validate": contract_validate,
+    "first-session": first_session,
     "sequence-replacements": sequence_replacements,
     "sequence-source": sequence_source,
     "sequence-instance": sequence_instance,

@@ -82,3 +82,16 @@ def test_a_hand_edited_inline_value_is_caught():
     assert marked in text
     _, changed = numbers.render(text.replace(marked, marked.replace(value, "1,050 x 300")))
     assert changed == ["sequence-source"]
+
+
+def test_the_recorded_session_is_checked_against_the_metrics():
+    """docs/first-session.txt (scripts/first_session.py) goes into the README only while every
+    number of its verdicts equals metrics/compat.json's."""
+    numbers = _script()
+    text = (ROOT / "docs" / "first-session.txt").read_text(encoding="utf-8")
+    assert numbers._session_checks(text) == []
+    m = json.loads((ROOT / "metrics" / "compat.json").read_text())["matrix"]["identification"]
+    shown = f"{m['top1']['v2']['v1']:.4f}"
+    assert f"| {shown} |" in text
+    wrong = numbers._session_checks(text.replace(f"| {shown} |", "| 0.9999 |"))
+    assert wrong and "new" in wrong[0]
