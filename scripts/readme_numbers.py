@@ -351,26 +351,48 @@ def _share_text(share: float | None) -> str:
     return "n/a" if share is None else f"{share:.2f}"
 
 
+def _served_by(fit: dict[str, Any]) -> str:
+    """What serves the queries: ``procrustes query adapter`` or ``procrustes query blend (weight
+    0.8)`` (a blend's weight on the adapted query, selected on held-out classes)."""
+    blend = fit.get("blend")
+    if blend:
+        return f"{fit['kind']} query blend (weight {blend['weight']:g})"
+    return f"{fit['kind']} query adapter"
+
+
+def _check_text(fit: dict[str, Any]) -> str:
+    """The check that decided whether the map is kept: on the validation classes as the gate
+    judges (served / M(v1, v1), lower bound), else on held-out training classes (with /
+    baseline, lower bound)."""
+    verdict = "refused" if fit["refused"] else "kept"
+    v = fit.get("verdict")
+    if v:
+        return (
+            f"{pct(v['served'])} / {pct(v['old_self'])}, {100 * v['lower_bound']:+.1f} on "
+            f"validation: {verdict}"
+        )
+    h = fit["heldout"]
+    return f"{pct(h['top1'])} / {pct(h['baseline'])}, {100 * h['lower_bound']:+.1f}: {verdict}"
+
+
 def adapters() -> str:
     """Each query adapter of the default pipeline: its held-out check when fitted, and on the
     evaluation set M(adapt(new), v1) beside the native cell, v1's self test and BCT's M(v3, v1)."""
     fits = _json("metrics/adapters.json")
     cells = _json("metrics/adapted.json")
     rows = [
-        "| map (kind) | held-out top-1 with / without, gain bound: fitted | M(adapt(new), v1) | "
-        "M(new, v1) native | M(v1, v1) | BCT's M(v3, v1) | adapted - M(v1, v1), bound | "
+        "| map (served through) | its check: top-1 served / baseline, gain bound | M(served, v1) | "
+        "M(new, v1) native | M(v1, v1) | BCT's M(v3, v1) | served - M(v1, v1), bound | "
         "recovery of M(v3, v1) | fit s | us/query |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, fit in fits.items():
-        h = fit["heldout"]
         m = cells[name]["metrics"]["identification"]
         t, a = m["top1"], m["mAP"]
-        verdict = "refused" if fit["refused"] else "kept"
         diff = t["adapted_minus_old"]
         rows.append(
-            f"| {name} ({fit['kind']}) | {pct(h['top1'])} / {pct(h['no_map'])}, "
-            f"{100 * h['lower_bound']:+.1f}: {verdict} | {pair(t['adapted'], a['adapted'])} | "
+            f"| {name} ({_served_by(fit)}) | {_check_text(fit)} | "
+            f"{pair(t['adapted'], a['adapted'])} | "
             f"{pair(t['native'], a['native'])} | {pair(t['old'], a['old'])} | "
             f"{pair(t.get('bct'), a.get('bct'))} | {100 * diff['value']:+.1f}, "
             f"{100 * diff['lower_bound']:+.1f} | "
@@ -410,7 +432,12 @@ def adapters_notes() -> str:
             n for n in refused
             if cells[n]["metrics"]["identification"]["top1"]["adapted_minus_old"]["lower_bound"] > 0
         ]  # fmt: skip
-        text = f"Refused when fitted (not above its baseline on held-out training classes with the gate's confidence): {', '.join(refused)}"
+        where = (
+            "M(v1, v1) on the validation classes"
+            if all(fits[n].get("verdict") for n in refused)
+            else "its baseline on held-out training classes"
+        )
+        text = f"Refused when fitted (not above {where} with the gate's confidence): {', '.join(refused)}"
         if passing:
             text += (
                 f"; {', '.join(passing)} would still pass BCT's criterion on the evaluation classes, "
@@ -452,7 +479,7 @@ def adapters_scratch() -> str:
     rows = [
         "| new model | served through | M(served, v1) top-1 [95% interval] | mAP | "
         "minus M(v1, v1), top-1 lower bound | share of BCT's M(v, v1) top-1 | "
-        "held-out check when fitted (top-1 with / baseline) | fit s | us/query |",
+        "its check when fitted (top-1 served / baseline, gain bound) | fit s | us/query |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for new, names in _scratch_models().items():
@@ -467,14 +494,11 @@ def adapters_scratch() -> str:
             fit = fits[name]
             m = cells[name]["metrics"]["identification"]
             t, a = m["top1"], m["mAP"]
-            h = fit["heldout"]
             rows.append(
-                f"| {new} | {fit['kind']} query adapter | {pct(t['adapted'])}"
+                f"| {new} | {_served_by(fit)} | {pct(t['adapted'])}"
                 f"{_ival(t, 'adapted')} | {pct(a['adapted'])} | "
                 f"{100 * t['adapted_minus_old']['lower_bound']:+.1f} | "
-                f"{_share_text(_recovery(t))} | {pct(h['top1'])} / "
-                f"{pct(h['baseline'])}: "
-                f"{'refused' if fit['refused'] else 'kept'} | {fit['fit_seconds']:.1f} | "
+                f"{_share_text(_recovery(t))} | {_check_text(fit)} | {fit['fit_seconds']:.1f} | "
                 f"{fit['apply_us_per_query']:.1f} |"
             )
         if "forward" in t0:
@@ -507,9 +531,14 @@ def adapters_scratch_notes() -> str:
         share = _recovery(bt)
         if share is not None:
             verdict = "met" if share >= target else "not met"
+            low = (bt.get("recovery") or {}).get("interval") or [None]
+            beats = bt["adapted_minus_old"]["lower_bound"]
             out.append(
-                f"Its best query adapter ({best}) reaches {share:.2f} of BCT's M({bct}, v1) "
-                f"top-1 (target {target:.2f}: {verdict})"
+                f"Its best served configuration ({best}): "
+                f"{100 * bt['adapted_minus_old']['value']:+.1f} top-1 over M(v1, v1) (lower bound "
+                f"{100 * beats:+.1f}), {share:.2f} of BCT's M({bct}, v1) top-1"
+                + (f" (95% interval {low[0]:.2f} to {low[1]:.2f})" if low[0] is not None else "")
+                + f"; target {target:.2f}: {verdict}"
                 + (f"; psi on the gallery {_psi_share(bt):.2f}." if _psi_share(bt) else ".")
             )
         if bt.get("curve"):
@@ -1025,7 +1054,19 @@ def contract_validate() -> str:
     return _console(["compat", "contract", "validate", "contracts/*.yaml"], r.output)
 
 
+def _decisions() -> Any:
+    """scripts/decisions.py: the decision table and the maps' verdict agreement (issue 42)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decisions", ROOT / "scripts" / "decisions.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "decisions": lambda: _decisions().decision_table(),
+    "map-verdicts": lambda: _decisions().map_verdicts(),
     "default-chain": default_chain,
     "default-chain-notes": default_chain_notes,
     "default-chain-spread": default_chain_spread,
