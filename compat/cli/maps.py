@@ -20,7 +20,10 @@ ADAPT_HELP = (
     "model's space, so the stored old gallery can be searched without a backfill "
     "(Drift-Adapter, Vejendla, EMNLP 2025). With --role gallery-map the map goes the other "
     "way, stored old rows into the new space (BiCT's psi, fitted between any two versions or "
-    "embedding files), for compat backfill --psi DIR.\n\n"
+    "embedding files), for compat backfill --psi DIR. With --role query-blend it fits a query "
+    "blend: the adapter's queries interpolated on the sphere with the old model's own (SLERP; "
+    "each query is embedded by both models when served), the weight selected on held-out "
+    "classes (--blend-weight W fixes it).\n\n"
     "Pairs are the same items embedded by both models: --new FILE and --old FILE (any format "
     "compat reads: .npz, .npy with its .meta.npz sidecar, a folder of Parquet shards), matched "
     "by their ids (row for row when neither has ids); or --new-version V --old-version W "
@@ -35,7 +38,12 @@ ADAPT_HELP = (
     "--confidence lower bound of the top-1 gain must be above --min-gain. The baseline is the "
     "raw new rows against the old ones, or, for an incompatible pair (the widths differ, or "
     "the raw rows are near chance), the old model's own self test M(old, old). Both numbers "
-    "are printed and written into the card.\n\n"
+    "are printed and written into the card. With a check set (--check-split NAME with the "
+    "versions: a held-out manifest such as splits/validation.json, classes neither model was "
+    "trained on; or --check-new FILE --check-old FILE, both models' rows of such items, "
+    "labelled, each searching the others) the map is also checked there as the gate judges "
+    "the configuration serving it (served queries against M(old, old), the same bound), and "
+    "that check decides.\n\n"
     "--out is a folder: weights.safetensors, then card.json (kind, widths, weights sha256, "
     "data fingerprint, fit time, held-out numbers, the refusal); an existing --out is replaced "
     "only when it holds a map (or nothing).\n\n"
@@ -122,8 +130,9 @@ def adapt(
     role: str = typer.Option(
         "query-adapter",
         "--role",
-        help="query-adapter (new queries -> old space) or gallery-map (stored old rows -> new "
-        "space, as BiCT's psi: for compat backfill --psi).",
+        help="query-adapter (new queries -> old space), query-blend (those queries interpolated "
+        "with the old model's own) or gallery-map (stored old rows -> new space, as BiCT's psi: "
+        "for compat backfill --psi).",
     ),
     new_version: str | None = typer.Option(
         None, "--new-version", help="Embed the pairs with this version (models/<V>/)."
@@ -170,6 +179,24 @@ def adapt(
     allow_refused: bool = typer.Option(
         False, "--allow-refused", help="A refused adapter exits 0 instead of 7."
     ),
+    blend_weight: float | None = typer.Option(
+        None,
+        "--blend-weight",
+        min=0.0,
+        max=1.0,
+        help="With --role query-blend: a fixed weight on the adapted query (default: selected).",
+    ),
+    check_split: str | None = typer.Option(
+        None,
+        "--check-split",
+        help="With the versions: check the map on splits/NAME.json as the gate judges.",
+    ),
+    check_new: Path | None = typer.Option(
+        None, "--check-new", help="New model's rows of a held-out labelled set (the check set)."
+    ),
+    check_old: Path | None = typer.Option(
+        None, "--check-old", help="Old model's rows of the same items (the check set)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the card as one JSON object."),
 ) -> None:
     code = 0
@@ -191,6 +218,15 @@ def adapt(
                 "give the pairs as --new FILE --old FILE, or as --new-version V --old-version W "
                 "with --split, --manifest or --folder"
             )
+        if blend_weight is not None and role != "query-blend":
+            raise UsageError("--blend-weight: only with --role query-blend")
+        if (check_new is None) != (check_old is None) or (
+            check_split is not None and (check_new is not None or new_version is None)
+        ):
+            raise UsageError(
+                "give a check set as --check-new FILE --check-old FILE, or as --check-split NAME "
+                "with --new-version and --old-version"
+            )
         if new is not None and old is not None:
             from compat.maps.pairs import match_pairs, read_rows
 
@@ -201,12 +237,16 @@ def adapt(
                 new_version, old_version, split, manifest, folder, models, cache, device
             )
             names = (str(new_version), str(old_version))
+        check_set = _check_set(
+            check_split, check_new, check_old, new_version, old_version, models, cache, device,
+            min_match,
+        )  # fmt: skip
         for note in pairs.notes:
             print(f"note: {note}", file=sys.stderr)
         labels = None if no_labels else pairs.labels
         if len(pairs.new) < 4:
             raise BadInputError(f"{new or new_version}: {len(pairs.new)} paired rows; need >= 4")
-        if role == "query-adapter":  # new -> old
+        if role != "gallery-map":  # new -> old
             source, target = (
                 (pairs.new, names[0], pairs.new_info),
                 (pairs.old, names[1], pairs.old_info),
@@ -219,7 +259,8 @@ def adapt(
         fitted = fit_map(
             kind, source[0], target[0], labels=labels, ids=pairs.ids, params=p, check=check,
             role=role, from_name=source[1], to_name=target[1], source_info=source[2],
-            target_info=target[2],
+            target_info=target[2], check_set=check_set,
+            blend=None if role != "query-blend" else {"weight": blend_weight},
         )  # fmt: skip
         save_map(out, fitted)
         card = fitted.card
@@ -239,6 +280,15 @@ def adapt(
             + (f" (no-map {h.no_map:.4f})" if h.baseline_kind != "no-map" and h.no_map is not None else "")
             + (f"; lower bound of the gain {h.lower_bound:+.4f} at {h.confidence:g}" if h.lower_bound is not None else "")
         )  # fmt: skip
+    if card.blend is not None:
+        b = card.blend
+        print(f"adapt: blend weight {b.weight:g} (selected on {b.selected_on} held-out queries)")
+    v = card.verdict
+    if v is not None and v.served is not None:
+        print(
+            f"adapt: on {v.set} as the gate judges: top-1 {v.served:.4f} served, {v.old_self:.4f} "
+            f"M(old, old); lower bound of the gain {v.lower_bound:+.4f} at {v.confidence:g}"
+        )
     if card.refused is not None:
         hint = "" if allow_refused else " (exit 7; --allow-refused accepts this)"
         print(f"adapt: refused: {card.refused.reason}; wrote {out}{hint}")
@@ -252,6 +302,35 @@ def _check_cache(cache: Path) -> None:
     from compat.outputs import check_target
 
     check_target(cache, "folder", "--cache")
+
+
+def _check_set(split, new_file, old_file, new_version, old_version, models, cache, device,
+               min_match):  # fmt: skip
+    """The check set of the options (None without one): a split both versions embed, or two
+    files of labelled rows (each item searching all the others: leave-one-out)."""
+    from types import SimpleNamespace
+
+    from compat.errors import BadInputError
+    from compat.maps.verdict import CheckSet
+
+    if split is not None:
+        from compat.data.split import load_eval_manifest
+
+        path = Path("splits") / f"{split}.json"
+        m = load_eval_manifest(path)
+        p = _version_pairs(new_version, old_version, split, None, None, models, cache, device)
+        return CheckSet(f"split:{split}", m, p.new, p.old, m.fingerprint)
+    if new_file is None or old_file is None:
+        return None
+    from compat.maps.pairs import match_pairs, read_rows
+
+    p = match_pairs(read_rows(new_file), read_rows(old_file), min_match=min_match)
+    if p.labels is None:
+        raise BadInputError(f"{new_file}: labels: a check set needs labelled rows")
+    n = len(p.new)
+    m = SimpleNamespace(items=list(p.ids or range(n)), labels=[str(x) for x in p.labels],
+                        query=list(range(n)), gallery=list(range(n)), pairs=[])  # fmt: skip
+    return CheckSet(f"{new_file.name} and {old_file.name}", m, p.new, p.old)
 
 
 def _version_pairs(new_version, old_version, split, manifest, folder, models, cache, device):

@@ -245,6 +245,18 @@ def test_adapt_from_versions_through_the_cache(in_tmp):
     card = json.loads(r.stdout)
     assert (card["from"], card["to"], card["in_dim"], card["out_dim"]) == ("v2", "v1", 8, 6)
     assert card["data"]["source"]["version"] == "v2" and card["data"]["labelled"]
+    # --check-split: a held-out manifest both versions embed, the map checked there (here the
+    # training items again: a wiring check of the option, not of held-out classes)
+    from compat.data.split import load_train_manifest
+    from tests.stages.test_adapt_stage import _validation
+
+    _validation(in_tmp, load_train_manifest(in_tmp / "splits" / "v2.json"))
+    r = runner.invoke(app, ["adapt", "--new-version", "v2", "--old-version", "v1", "--split",
+                            "v2", "--kind", "affine", "--out", "ad", "--check-split",
+                            "validation", "--allow-refused", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.stdout)["verdict"]
+    assert v["set"] == "split:validation" and v["queries"] == 12
 
 
 def test_a_gallery_map_between_two_files_backfills_a_stored_gallery(tmp_path, files):
@@ -281,3 +293,44 @@ def test_a_gallery_map_between_two_files_backfills_a_stored_gallery(tmp_path, fi
     r = runner.invoke(app, ["adapt", "--new", v2, "--old", v1, "--kind", "procrustes",
                             "--role", "psi", "--out", str(tmp_path / "y")])  # fmt: skip
     assert r.exit_code == 2 and "--role 'psi'" in r.output
+
+
+def test_adapt_a_query_blend_checked_on_a_check_set(tmp_path):
+    """Issue 42 items 1 and 3: ``--role query-blend`` fits a blend (its weight printed and in
+    the card); with ``--check-new``/``--check-old`` (both models' rows of held-out classes) the
+    map is checked there as the gate judges, and that check decides: a check set where the new
+    model's rows are noise refuses what the held-out classes alone would keep (exit 7)."""
+    from compat.maps import load_map
+
+    new, old, labels, _ = drifted_pairs(n=4000, classes=200, old_noise=2.5, new_noise=2.0)
+    fit, held = labels < 150, labels >= 150
+    ids = np.asarray([f"i{k}" for k in range(len(new))])
+    paths = {
+        name: _npz(tmp_path / f"{name}.npz", rows[mask], labels[mask], ids[mask])
+        for name, rows, mask in (
+            ("new", new, fit), ("old", old, fit), ("check_new", new, held),
+            ("check_old", old, held),
+        )
+    }  # fmt: skip
+    noise = np.random.default_rng(4).standard_normal((int(held.sum()), new.shape[1]))
+    paths["noise"] = _npz(tmp_path / "noise.npz", noise, labels[held], ids[held])
+    base = ["adapt", "--new", paths["new"], "--old", paths["old"], "--kind", "procrustes"]
+    r = runner.invoke(app, [*base, "--role", "query-blend", "--out", str(tmp_path / "b"),
+                            "--check-new", paths["check_new"], "--check-old", paths["check_old"]])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    card = load_map(tmp_path / "b").card
+    assert card.role == "query-blend" and f"blend weight {card.blend.weight:g}" in r.stdout
+    v = card.verdict
+    assert v.set == "check_new.npz and check_old.npz" and v.lower_bound > 0
+    assert f"as the gate judges: top-1 {v.served:.4f} served, {v.old_self:.4f}" in r.stdout
+    r = runner.invoke(app, [*base, "--out", str(tmp_path / "a"), "--check-new", paths["noise"],
+                            "--check-old", paths["check_old"]])  # fmt: skip
+    assert r.exit_code == 7, r.output
+    assert "on noise.npz and check_old.npz (classes no model was trained on)" in r.stdout
+    for bad, words in (
+        (["--blend-weight", "0.5"], "--blend-weight: only with --role query-blend"),
+        (["--check-new", paths["check_new"]], "give a check set as"),
+        (["--check-split", "validation"], "with --new-version and --old-version"),
+    ):
+        r = runner.invoke(app, [*base, "--out", str(tmp_path / "c"), *bad])
+        assert r.exit_code == 2 and words in r.stderr, r.output
