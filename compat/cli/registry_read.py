@@ -102,6 +102,7 @@ def show_cmd(
         rec = reg.get(version)
         prod = reg.production_mlflow_version()
         warn_drift(reg)
+        gallery = _gallery(reg, rec.name)
     info = {
         "version": rec.name,
         "mlflow_version": output.as_int(rec.mlflow_version),
@@ -119,6 +120,7 @@ def show_cmd(
         "gain": gains_from_tags(rec.tags),
         "tags": rec.tags,
         "description": rec.description,
+        "gallery": gallery.model_dump() if gallery is not None else None,
     }
     if as_json:
         output.echo_json(info)
@@ -152,6 +154,10 @@ def show_cmd(
                 output.say(output.gain_line(protocol, metric, g))
     if rec.description:
         output.say(rec.description)
+    if gallery is not None:
+        from compat.registry.gallery import describe
+
+        output.say(f"last promoted with {describe(gallery)}")
 
 
 CHAIN_STYLES = {"pass": ("pass", "green"), "fail": ("FAIL", "red")}
@@ -180,6 +186,8 @@ def chain_cmd(
             raise no_store_error(reg)
         result = lineage(reg, version)
         warn_drift(reg)
+        gallery = _gallery(reg, result["version"])
+    result["gallery"] = gallery.model_dump() if gallery is not None else None
     if as_json:
         output.echo_json(result)
         return
@@ -192,6 +200,10 @@ def chain_cmd(
     checks = [(p["query"], c) for p in result["pairs"] for c in p["checks"]]
     if checks:
         print_checks([c for _, c in checks], "checks", query=[q for q, _ in checks])
+    if gallery is not None:
+        from compat.registry.gallery import describe
+
+        output.say(f"{result['version']} last promoted with {describe(gallery)}")
 
 
 def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
@@ -212,7 +224,7 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
         output.say("no promotions yet")
         return
     output.print_table(
-        ("when", "who", "kind", "from", "to", "state", "contract", "report"),
+        ("when", "who", "kind", "from", "to", "state", "contract", "report", "gallery"),
         [
             [
                 e["when"],
@@ -223,6 +235,7 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
                 e["state"] + (" (recovered)" if e.get("recovered") else ""),
                 (e.get("contract_sha256") or "-")[:12],
                 (e.get("report_sha256") or "-")[:12],
+                _gallery_cell(e),
             ]
             for e in entries
         ],
@@ -302,10 +315,30 @@ def verify_cmd(
         output.say(f"repaired: {line}")
     where = result["production"] or "unset"
     typer.echo(f"production is {where}, as the promotion log says ({result['log']})")
+    if result.get("gallery_record"):
+        typer.echo(f"the gallery is as its promotion recorded: {result['gallery_record']}")
 
 
 # The fields of ``compat verify --json`` besides ``model``, ``message`` and ``error``.
-VERIFY_FIELDS = ("production", "logged", "log", "registry", "drift", "problems", "repaired")
+VERIFY_FIELDS = ("production", "logged", "log", "registry", "drift", "problems", "repaired",
+                 "gallery", "gallery_record")  # fmt: skip
+
+
+def _gallery(reg: Any, version: str) -> Any:
+    """The gallery the last committed promotion to ``version`` recorded (typed), or None."""
+    from compat.registry.gallery import last_gallery
+
+    return last_gallery(reg.ledger().promotions(), version)[0]
+
+
+def _gallery_cell(entry: dict[str, Any]) -> str:
+    """A log line's gallery: ``<table>@<table version>``, or ``-``."""
+    from pathlib import Path
+
+    from compat.registry.gallery import record_of
+
+    record = record_of(entry)
+    return f"{Path(record.path).name}@{record.table_version}" if record is not None else "-"
 
 
 def _verify_model(reg: Any, name: str, repair: bool, as_json: bool) -> None:

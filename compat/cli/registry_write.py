@@ -66,6 +66,13 @@ version) is a rollback: it needs --rollback and is also gated on the rows produc
 version served since VERSION last was) embedded: M(VERSION, production) against
 M(production, production), on the contract's rollback criteria.
 
+With --gallery TABLE (a LanceDB table, <folder>/<name>.lance) the gate first reads the rows
+VERSION would serve (each from vec_VERSION where the row has it, else from the newest other
+column) and refuses (exit 4) rows of a version it does not measure VERSION's queries on, or
+rows a map moved that it did not measure; the move logs the table's path, version, the column
+served and each version's rows, and tags that table version (compat-VERSION-t<n>) so Lance's
+clean-up keeps it (docs/lancedb.md).
+
 Exit codes: 0 every criterion passed (production moved, or already pointed at VERSION); 1 a
 criterion failed, production unchanged; 2 usage (bad option, --against missing while
 production is set, --rollback on a promotion that is not one); 3 not found (version, contract,
@@ -97,6 +104,13 @@ def promote_cmd(
         1000, min=0, help="bootstrap resamples over queries (0: no confidence bounds)"
     ),
     seed: int = typer.Option(0, help="seed of the bootstrap resamples"),
+    gallery: Path | None = typer.Option(
+        None,
+        "--gallery",
+        metavar="TABLE",
+        help="the LanceDB table (<folder>/<name>.lance) VERSION will serve: its rows checked "
+        "against the gate, its version tagged and logged with the move (docs/lancedb.md)",
+    ),
     contracts: Path = typer.Option(Path("contracts"), help="folder of contracts (<version>.yaml)"),
     models: Path = typer.Option(
         Path("models"), help="folder of trained versions (models/<version>/)"
@@ -126,6 +140,10 @@ def promote_cmd(
     )
     with exit_on_error(on_error=_summarize_error(f"compat promote {version}")):
         reg = named_registry(uri, read=dry_run)  # a dry run records nothing: it only reads
+        if gallery is not None:  # the table's rows, read before the gate (compat.registry.gallery)
+            from compat.registry.gallery import GalleryGate
+
+            gate = GalleryGate(gallery, version)
         outcome = promote(
             version,
             against,
@@ -136,11 +154,19 @@ def promote_cmd(
             seed=seed,
             dry_run=dry_run,
             rollback=rollback,
+            gallery=gate if gallery is not None else None,
         )
         # the version's run (registered before any verdict): linked on a dry run too, so a
         # pull request's summary leads to the candidate's training and evaluation
         run_id = reg.get(version).run_id
         run_url = reg.run_url(run_id)
+    if outcome.report.get("gallery"):
+        from compat.registry.gallery import GalleryRecord, describe, tag_name
+
+        record = GalleryRecord(**outcome.report["gallery"])
+        if outcome.moved:
+            record.tag = tag_name(version, record.table_version)
+        outcome.messages.append(describe(record))
     report = {
         **outcome.report,
         "moved": outcome.moved,

@@ -37,6 +37,8 @@ One concept per module (importing this package loads nothing):
   adapted queries, a gallery map's rows
 * :mod:`compat.registry.chain`        ``compat chain``: a version's lineage and every pair's
   recorded verdict
+* :mod:`compat.registry.gallery`      the gallery a promotion serves, a LanceDB table: its rows
+  checked against the gate, its version tagged and logged with the move, verified after
 * :mod:`compat.registry.promotions`   the promotion lock and the append-only promotion log
   (JSON lines), and where the log says production is
 * :mod:`compat.registry.shared`       the same lock and log in a shared server's PostgreSQL

@@ -62,6 +62,11 @@ def verify(reg: Any, repair: bool = False) -> dict[str, Any]:
     actual = reg.production()
     message = drift(actual, promotions)
     problems = recovery.findings(reg, ledger, promotions)
+    from compat.registry.gallery import describe, last_gallery
+    from compat.registry.gallery import problems as gallery_problems
+
+    record = last_gallery(promotions, actual)[0] if message is None else None
+    moved = gallery_problems(promotions, actual) if record is not None else []
     result = {
         "production": actual,
         "logged": expected_production(promotions),
@@ -70,6 +75,8 @@ def verify(reg: Any, repair: bool = False) -> dict[str, Any]:
         "drift": message is not None,
         "problems": problems,
         "repaired": repaired,
+        "gallery": moved,  # what no longer matches the gallery production's promotion recorded
+        "gallery_record": describe(record) if record is not None else None,
     }
     if message is not None:
         raise DriftError(message, result)
@@ -79,6 +86,8 @@ def verify(reg: Any, repair: bool = False) -> dict[str, Any]:
             "run compat verify --repair",
             result,
         )
+    if moved:
+        raise DriftError(f"{len(moved)} gallery problem(s): {'; '.join(moved)}", result)
     return result
 
 

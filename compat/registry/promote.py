@@ -32,6 +32,7 @@ from compat.errors import BadInputError, ConflictError, NotFoundError, UsageErro
 from compat.registry import recovery
 from compat.registry.assemble import Paths, assemble
 from compat.registry.drift import drift
+from compat.registry.gallery import GalleryGate, tag_gallery
 from compat.registry.promotions import now, who
 from compat.registry.record import record_verdict, seal
 from compat.registry.store import Registry, VersionRecord, check_version_name
@@ -141,6 +142,7 @@ def promote(
     seed: int = 0,
     dry_run: bool = False,
     rollback: bool = False,
+    gallery: GalleryGate | None = None,
 ) -> Outcome:
     """Gate ``version`` on its contract and, if it passes, make it ``production``.
 
@@ -148,6 +150,8 @@ def promote(
     None (or ``"none"``) means production must still be unset: the first promotion.
     ``rollback``: the caller says this is a rollback (see the module docstring); required
     exactly when it is one.
+    ``gallery``: the LanceDB table the version will serve, its rows checked against what the
+    gate measures and recorded with the move (:mod:`compat.registry.gallery`).
     """
     expect_unset = against is not None and against.lower() == NO_VERSION
     if expect_unset:
@@ -182,14 +186,18 @@ def promote(
                 f"{contract_path}: rollback.criteria: {version} declares no criteria to judge a "
                 f"rollback by (it would serve {', '.join(served)}'s rows)"
             )
-    elif contract.parent is None:
-        return _promote_root(reg, rec, contract_path, against, dry_run)
+    if gallery is not None:  # the rows the table holds: each version's measured by this gate
+        gallery.check(contract, reg, served, contract_path, rollback=is_rollback)
+    if not is_rollback and contract.parent is None:
+        return _promote_root(reg, rec, contract_path, against, dry_run, gallery=gallery)
     gains_from = paragon if contract.parent else None
     names = [version, *([contract.parent] if contract.parent else []), *contract.transitive]
     names += served + ([gains_from] if gains_from else [])
     records = {n: reg.get(n) for n in dict.fromkeys(names)}
 
     facts = assemble(reg, contract, records, paths, gains_from)
+    if gallery is not None:  # its mapped rows moved by the map the gate measures
+        gallery.check_map(facts.psi, contract, contract_path)
     verdict = judge(
         contract,
         facts.manifest,
@@ -220,6 +228,8 @@ def promote(
     if facts.psi is not None:
         report["upgrade"] = facts.psi
     report["serve"] = verdict.serve
+    if gallery is not None:
+        report["gallery"] = gallery.summary()
     blob = seal(report)
     outcome = Outcome(report=report, verdict=verdict, exit_code=0 if verdict.passed else 1)
     if dry_run:
@@ -322,6 +332,9 @@ def _move_production(
                 f"gate compared against; {hint}"
             )
         else:
+            # the gated table version tagged first: a logged promotion never lacks its rows
+            gallery = report.get("gallery")
+            tagged = {"gallery": tag_gallery(gallery, rec.name)} if gallery else {}
             pid = log.begin(
                 **{"from": current, "to": rec.name, "against": against},
                 **({"kind": kind} if kind else {}),
@@ -329,6 +342,7 @@ def _move_production(
                 report_sha256=report["report_sha256"],
                 registry=mask(reg.uri),
                 mlflow_version=rec.mlflow_version,
+                **tagged,
             )
             # If the move fails (the server died), the pending record stays: the next
             # promotion resolves it against the alias, so nothing is logged half-done.
@@ -340,7 +354,12 @@ def _move_production(
 
 
 def _promote_root(
-    reg: Registry, rec: VersionRecord, contract_path: Path, against: str | None, dry_run: bool
+    reg: Registry,
+    rec: VersionRecord,
+    contract_path: Path,
+    against: str | None,
+    dry_run: bool,
+    gallery: GalleryGate | None = None,
 ) -> Outcome:
     """A version without a parent has no criteria: it may only open an empty production alias."""
     current = reg.production()
@@ -351,6 +370,8 @@ def _promote_root(
         )
     verdict = Verdict(version=rec.name, parent=None, passed=True)
     report = _report(reg, verdict, contract_path, against, dry_run)
+    if gallery is not None:
+        report["gallery"] = gallery.summary()
     blob = seal(report)
     outcome = Outcome(report=report, verdict=verdict)
     if dry_run:
