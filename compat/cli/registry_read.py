@@ -91,9 +91,10 @@ def show_cmd(
     """Show one version: tags, description, alias.
 
     Exit codes: 0 success; 2 usage (bad option); 3 not found (not a compat project and no
-    --registry-uri, no registry yet, VERSION not registered); 4 an invalid version name; 5
-    registry unreachable or its database damaged."""
-    from compat.registry.record import checks_from_tags, gains_from_tags
+    --registry-uri, no registry yet, VERSION not registered); 4 an invalid version name, or a
+    verdict tag (compat.checks, compat.gains) that does not parse, named; 5 registry
+    unreachable or its database damaged."""
+    from compat.registry.tags import checks_from_tags, gains_from_tags
 
     with exit_on_error():
         reg = named_registry(uri, read=True)
@@ -103,6 +104,9 @@ def show_cmd(
         prod = reg.production_mlflow_version()
         warn_drift(reg)
         gallery = _gallery(reg, rec.name)
+        # the verdict tags, typed: one edited by hand into something else is exit 4 naming it
+        checks = checks_from_tags(rec.tags, version=rec.name)
+        gains = gains_from_tags(rec.tags, rec.name)
     info = {
         "version": rec.name,
         "mlflow_version": output.as_int(rec.mlflow_version),
@@ -112,12 +116,12 @@ def show_cmd(
         "parent": rec.parent,
         "status": rec.status,
         "dim": output.as_int(rec.tags.get("compat.dim")),
-        "checks": checks_from_tags(rec.tags),
+        "checks": checks,
         "verdict_kind": rec.tags.get("compat.verdict.kind") or None,
         "verdict_passed": {"true": True, "false": False}.get(
             rec.tags.get("compat.verdict.passed", "")
         ),
-        "gain": gains_from_tags(rec.tags),
+        "gain": gains,
         "tags": rec.tags,
         "description": rec.description,
         "gallery": gallery.model_dump() if gallery is not None else None,
@@ -176,8 +180,8 @@ def chain_cmd(
 
     Exit codes: 0 success; 2 usage (bad option); 3 not found (not a compat project and no
     --registry-uri, no registry yet, the version not registered, no version given while
-    production is unset); 4 an invalid version name; 5 registry unreachable or its database
-    damaged."""
+    production is unset); 4 an invalid version name, or a verdict tag (compat.checks) that
+    does not parse, named; 5 registry unreachable or its database damaged."""
     from compat.registry.chain import lineage
 
     with exit_on_error():
@@ -210,8 +214,9 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
     """The promotion log: who moved production, when, from what to what.
 
     Exit codes: 0 success (also when nothing was promoted yet); 2 usage (bad option); 3 not a
-    compat project and no --registry-uri, or the folder of a sqlite:/// URI does not exist; 5
-    the registry or the promotion-log database unreachable."""
+    compat project and no --registry-uri, or the folder of a sqlite:/// URI does not exist; 4
+    a log line that does not parse (named by file and line, or table and row); 5 the registry
+    or the promotion-log database unreachable."""
     with exit_on_error():
         reg = named_registry(uri, read=True)
         entries = [] if store_missing(reg) else reg.ledger().promotions()
@@ -270,7 +275,8 @@ def verify_cmd(
     Exit codes: 0 production is where the log says and nothing is half-written (with --model:
     every file matches); 2 usage (--model with --repair); 3 not found (not a compat project
     and no --registry-uri, no registry yet, --model's version not registered); 4 with
-    --model, a file changed since registration (named), or an invalid version name; 5 the
+    --model, a file changed since registration (named), an invalid version name, or a log
+    line that does not parse (named); 5 the
     registry or the promotion-log database unreachable, the promotion lock not acquired; 6
     drift (production is not where the log's last committed move put it) or what a killed
     promotion left (a torn log line, a pending record, a stale status: --repair fixes it)."""

@@ -19,6 +19,8 @@ One concept per module (importing this package loads nothing):
   model version
 * :mod:`compat.registry.record`       what compat writes on a version's run: training history,
   verdict tags and metrics, plots and report artifacts
+* :mod:`compat.registry.tags`         the verdict tags read back, typed (``compat.checks``,
+  ``compat.gains``): a tag edited into something else named, exit 4
 * :mod:`compat.registry.describe`     the version's description: the verdict written for people
 * :mod:`compat.registry.run_page`     what a version's run page shows: the verdict paragraph,
   datasets, the verdict as an HTML page, tables and heatmaps
@@ -41,6 +43,8 @@ One concept per module (importing this package loads nothing):
   checked against the gate, its version tagged and logged with the move, verified after
 * :mod:`compat.registry.promotions`   the promotion lock and the append-only promotion log
   (JSON lines), and where the log says production is
+* :mod:`compat.registry.log_line`     one line of that log, typed: what both storages hold, each
+  line parsed when read and validated before it is written
 * :mod:`compat.registry.shared`       the same lock and log in a shared server's PostgreSQL
   database
 * :mod:`compat.registry.drift`        the ``production`` alias disagreeing with the promotion

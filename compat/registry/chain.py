@@ -2,7 +2,7 @@
 
 Every version in the lineage is paired with each of its ancestors: an edge (the parent) or a
 transitive pair. A pair's checks are the check objects the gate recorded on the newer version (its
-``compat.checks`` tag; :func:`compat.registry.record.checks_from_tags`), the same fields
+``compat.checks`` tag, typed: :func:`compat.registry.tags.checks_from_tags`), the same fields
 ``compat promote`` prints; a pair with no check is flagged ``never checked``, because a
 gallery made by that ancestor may still be served.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from compat.errors import NotFoundError
-from compat.registry.record import checks_from_tags, serve_from_tags
 from compat.registry.store import Registry
+from compat.registry.tags import checks_from_tags, serve_from_tags
 
 
 def lineage(reg: Registry, version: str | None = None) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def lineage(reg: Registry, version: str | None = None) -> dict[str, Any]:
             continue
         tags = records[q].tags
         for j, g in enumerate(chain[i + 1 :], start=i + 1):
-            checks = [c for c in checks_from_tags(tags, g) if c.get("role") != "rollback"]
+            checks = [c for c in checks_from_tags(tags, g, q) if c.get("role") != "rollback"]
             if not checks:
                 verdict = "never checked"
             else:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from compat.errors import InfrastructureError
 from compat.registry.store import VERSION_TAG, VersionRecord
 
@@ -67,18 +69,54 @@ class Snapshot:
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> MLflow version
 
 
+class VersionRow(BaseModel):
+    """One registered model version as MLflow's tables (or its REST API) hold it: the row a
+    :class:`~compat.registry.store.VersionRecord` is made from, typed. A row that does not parse
+    (a ``creation_time`` that is no integer, a version number that is text) is a damaged
+    registry: exit 5 naming the row, the field and the value, like every other damaged store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    run_id: str | None = None
+    source: str | None = None
+    description: str | None = None
+    creation_time: int | None = None
+    tags: dict[str, str] = {}
+
+
 def record(
-    version: Any, run_id: Any, source: Any, description: Any, created: Any, tags: dict[str, str]
+    version: Any,
+    run_id: Any,
+    source: Any,
+    description: Any,
+    created: Any,
+    tags: dict[str, Any],
+    where: str = "registry",
 ) -> VersionRecord:
-    """A version as :meth:`Registry._record` makes it from MLflow's entity."""
+    """A version as :meth:`Registry._record` makes it from MLflow's entity, from a row parsed
+    through :class:`VersionRow`; InfrastructureError (exit 5) naming ``where``, the version and
+    the field when it does not parse."""
+    raw = {"version": version, "run_id": run_id, "source": source, "description": description,
+           "creation_time": created, "tags": tags}  # fmt: skip
+    try:
+        row = VersionRow.model_validate(raw)
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = ".".join(str(p) for p in e["loc"])
+        got = e.get("input")
+        raise InfrastructureError(
+            f"{where}: model version {version!r}: {field}: {e['msg']} (got {got!r}); a damaged "
+            "registry: MLflow wrote no such row"
+        ) from None
     return VersionRecord(
-        name=tags.get(VERSION_TAG, f"mlflow-{version}"),
-        mlflow_version=str(version),
-        run_id=run_id or None,
-        source=source or "",
-        tags=tags,
-        description=description or "",
-        created=int(created or 0),
+        name=row.tags.get(VERSION_TAG, f"mlflow-{row.version}"),
+        mlflow_version=str(row.version),
+        run_id=row.run_id or None,
+        source=row.source or "",
+        tags=row.tags,
+        description=row.description or "",
+        created=row.creation_time or 0,
     )
 
 
@@ -92,26 +130,29 @@ _TAGS = 'SELECT version, "key", value FROM model_version_tags WHERE name = ?{ws}
 _ALIASES = "SELECT alias, version FROM registered_model_aliases WHERE name = ?{ws}"
 
 
-def query_snapshot(con: Any, model: str, mark: str = "?", workspace: bool = True) -> Snapshot:
+def query_snapshot(
+    con: Any, model: str, mark: str = "?", workspace: bool = True, where: str = "registry"
+) -> Snapshot:
     """The snapshot from a DB-API connection to MLflow's tables (``mark``: the driver's
     parameter placeholder; ``workspace``: whether the schema's rows carry MLflow's workspace,
-    always the default one here)."""
-    where = (model, WORKSPACE) if workspace else (model,)
+    always the default one here; ``where`` names the store in errors). Every row is parsed
+    through :class:`VersionRow` (a damaged row: exit 5 naming it)."""
+    where_args = (model, WORKSPACE) if workspace else (model,)
 
     def rows(sql: str, *params: Any) -> list[Any]:
         sql = sql.format(ws=" AND workspace = ?" if workspace else "")
         return list(con.execute(sql.replace("?", mark), params).fetchall())
 
-    if not rows(_MODEL, *where):
+    if not rows(_MODEL, *where_args):
         return Snapshot()
-    tags: dict[int, dict[str, str]] = {}
-    for version, key, value in rows(_TAGS, *where):
-        tags.setdefault(int(version), {})[key] = value if value is not None else ""
+    tags: dict[Any, dict[str, Any]] = {}
+    for version, key, value in rows(_TAGS, *where_args):
+        tags.setdefault(str(version), {})[key] = value if value is not None else ""
     versions = [
-        record(v, run_id, source, description, created, tags.get(int(v), {}))
-        for v, run_id, source, description, created in rows(_VERSIONS, *where, DELETED)
+        record(v, run_id, source, description, created, tags.get(str(v), {}), where)
+        for v, run_id, source, description, created in rows(_VERSIONS, *where_args, DELETED)
     ]
-    aliases = {alias: str(v) for alias, v in rows(_ALIASES, *where)}
+    aliases = {alias: str(v) for alias, v in rows(_ALIASES, *where_args)}
     return Snapshot(exists=True, versions=versions, aliases=aliases)
 
 
@@ -132,6 +173,7 @@ __all__ = [
     "SCHEMA_REVISIONS",
     "WORKSPACE",
     "Snapshot",
+    "VersionRow",
     "query_snapshot",
     "record",
     "schema_problem",

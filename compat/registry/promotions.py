@@ -9,10 +9,13 @@ resolves against the registry: if the alias points at the pending target it is m
 committed (and the version's ``compat.status`` tag set to ``promoted``), otherwise aborted. So
 the log never loses a promotion that happened and never claims one that did not.
 
-Two ledgers share that logic: :class:`PromotionLog`, JSON lines in ``registry/promotions.jsonl``
-under a file lock (the embedded sqlite store, or one machine), and
-:class:`compat.registry.shared.PostgresLedger`, a table and an advisory lock in the PostgreSQL
-database behind a shared ``mlflow server`` (docs/design.md, Registry conventions).
+Two storages share that logic (:class:`Ledger`: one typed record,
+:class:`compat.registry.log_line.LogLine`, its replay and its pending/committed composition):
+:class:`PromotionLog`, JSON lines in ``registry/promotions.jsonl`` under a file lock (the
+embedded sqlite store, or one machine), and :class:`compat.registry.shared.PostgresLedger`, a
+table and an advisory lock in the PostgreSQL database behind a shared ``mlflow server``
+(docs/design.md, Registry conventions). A line of either that does not parse is exit 4 naming
+the file and line, or the table and row.
 :func:`expected_production` reads where the log says production is, which
 :mod:`compat.registry.drift` and :mod:`compat.registry.recovery` compare the alias with.
 """
@@ -33,6 +36,7 @@ from typing import Any
 
 from compat.errors import BadInputError, InfrastructureError, NotFoundError
 from compat.io import storage_errors
+from compat.registry.log_line import LogLine, new_line, parse_line
 
 LOG_FILE = "promotions.jsonl"
 LOCK_FILE = "promote.lock"
@@ -55,19 +59,18 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def replay(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per promotion with its final state (committed, aborted or pending)."""
+def replay(lines: list[LogLine]) -> list[dict[str, Any]]:
+    """One record per promotion with its final state (committed, aborted or pending), and each
+    one-line record (:data:`compat.registry.log_line.ONE_LINE_KINDS`) as written; as JSON
+    objects (what ``compat log --json`` prints), built from lines already typed."""
     by_id: dict[str, dict[str, Any]] = {}
     for line in lines:
-        pid = line.get("id")
-        if not pid:
-            continue
-        if line.get("state") == "pending":
-            by_id[pid] = dict(line)
-        elif pid in by_id:
-            by_id[pid]["state"] = line["state"]
-            if line.get("recovered"):
-                by_id[pid]["recovered"] = True
+        if line.opens and (line.state == "pending" or line.id not in by_id):
+            by_id[line.id] = line.as_json()
+        elif line.id in by_id:
+            by_id[line.id]["state"] = line.state
+            if line.recovered:
+                by_id[line.id]["recovered"] = True
     return list(by_id.values())
 
 
@@ -78,18 +81,37 @@ def expected_production(promotions: list[dict[str, Any]]) -> str | None:
 
 
 class Ledger:
-    """The lock and the log of one registry; subclasses store the lines."""
+    """The lock and the log of one registry. The record, its states and their replay are here,
+    once, for both storages: every line read back is parsed through
+    :class:`~compat.registry.log_line.LogLine` (:meth:`lines`) and every line written is
+    validated by it first (:meth:`append`); a storage (a JSON-lines file, a PostgreSQL table)
+    only keeps the lines (:meth:`_raw_lines`, :meth:`_write`) and serialises writers
+    (:meth:`lock`)."""
 
     where: str = ""
 
     def lock(self, timeout: float = 120.0) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
-    def lines(self) -> list[dict[str, Any]]:
+    def _raw_lines(self) -> list[tuple[str, Any]]:
+        """(where, decoded JSON value) of every stored line, in order."""
         raise NotImplementedError
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def _write(self, entry: dict[str, Any]) -> None:
+        """Store one line (already validated)."""
         raise NotImplementedError
+
+    def records(self) -> list[LogLine]:
+        """Every line, typed; BadInputError (exit 4) naming the first that does not parse."""
+        return [parse_line(raw, where) for where, raw in self._raw_lines()]
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Every line as written (JSON objects), each parsed first (:meth:`records`)."""
+        return [record.as_json() for record in self.records()]
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Write ``entry`` as one line, validated as a reader will read it."""
+        self._write(new_line(f"{self.where} (new line)", **entry).as_json())
 
     def repair(self) -> str | None:
         """Make the log safe to append to (call under the lock); a message if anything was done."""
@@ -100,7 +122,8 @@ class Ledger:
         return None
 
     def promotions(self) -> list[dict[str, Any]]:
-        return replay(self.lines())
+        """One record per promotion (:func:`replay`) of the typed lines."""
+        return replay(self.records())
 
     def begin(self, **fields: Any) -> str:
         pid = uuid.uuid4().hex
@@ -158,20 +181,19 @@ class PromotionLog(Ledger):
         cut = data.rfind(b"\n") + 1
         return data[:cut].splitlines(), data[cut:]
 
-    def lines(self) -> list[dict[str, Any]]:
+    def _raw_lines(self) -> list[tuple[str, Any]]:
         whole, tail = self._split()
         out = []
         for n, line in enumerate(whole, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                out.append((f"{self.path}:{n}", json.loads(line)))
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise BadInputError(f"{self.path}:{n}: not a JSON line") from None
-            out.append(checked_record(record, f"{self.path}:{n}"))
         complete = _complete(tail)
         if complete is not None:  # whole record, only its newline lost
-            out.append(checked_record(complete, f"{self.path}:{len(whole) + 1}"))
+            out.append((f"{self.path}:{len(whole) + 1}", complete))
         return out
 
     def torn(self) -> str | None:
@@ -207,7 +229,7 @@ class PromotionLog(Ledger):
             f"to {aside}"
         )
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def _write(self, entry: dict[str, Any]) -> None:
         line = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
         # A full disk, spent quota or read-only file system: one line (exit 5). A line cut
         # short by it is a torn line, which the next write under the lock repairs.
@@ -222,22 +244,6 @@ class PromotionLog(Ledger):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-
-# What each record must carry for the log to be read back (replay, drift, compat log).
-REQUIRED = {"pending": ("id", "when", "who", "to"), None: ("id", "state")}
-
-
-def checked_record(record: Any, where: str) -> dict[str, Any]:
-    """``record`` if it is a log record; else BadInputError (exit 4) naming the line: a JSON
-    value that is no object, or a record without the fields the log's readers rely on."""
-    if not isinstance(record, dict):
-        raise BadInputError(f"{where}: not a JSON object (a promotion record)")
-    need = REQUIRED["pending"] if record.get("state") == "pending" else REQUIRED[None]
-    missing = [k for k in need if k not in record]
-    if missing:
-        raise BadInputError(f"{where}: a promotion record without {', '.join(map(repr, missing))}")
-    return record
 
 
 def _complete(tail: bytes) -> dict[str, Any] | None:

@@ -280,7 +280,9 @@ def _sqlite_snapshot(reader: RegistryReader) -> Snapshot:
                 problem = schema_problem(revision, str(db))
                 if problem is not None:
                     raise problem
-                snap = query_snapshot(con, reader.model, workspace=HAS_WORKSPACE[revision])
+                snap = query_snapshot(
+                    con, reader.model, workspace=HAS_WORKSPACE[revision], where=str(db)
+                )
                 if reader.is_local:
                     artifacts = (reader.root / "artifacts").as_uri()
                     _repoint(snap, stale_location(con, artifacts), artifacts)
@@ -324,7 +326,10 @@ def _postgres_snapshot(reader: RegistryReader) -> Snapshot:
             problem = schema_problem(revision, f"registry {reader.safe_uri}")
             if problem is not None:
                 raise problem
-            return query_snapshot(con, reader.model, "%s", workspace=HAS_WORKSPACE[revision])
+            return query_snapshot(
+                con, reader.model, "%s", workspace=HAS_WORKSPACE[revision],
+                where=f"registry {reader.safe_uri}",
+            )  # fmt: skip
     except CompatError:
         raise
     except psycopg.Error as err:

@@ -104,6 +104,7 @@ class RestSource:
                 mv.get("description"),
                 mv.get("creation_timestamp"),
                 {t["key"]: t.get("value", "") for t in mv.get("tags", [])},
+                f"registry {self.reader.safe_uri}",
             )
             for mv in self.pages(
                 "model-versions/search", {"filter": f"name='{model}'"}, "model_versions"

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from compat.contracts.gate import CHECK_FIELDS, Verdict
+from compat.contracts.gate import Verdict
 from compat.io import scratch_dir, storage_errors
 from compat.registry.describe import describe
 from compat.registry.run_page import (
@@ -33,6 +33,7 @@ from compat.registry.run_page import (
     verdict_paragraph,
 )
 from compat.registry.store import Registry, VersionRecord, tag_key
+from compat.registry.tags import CHECKS_TAG, GAINS_TAG, SERVE_TAG
 
 BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
 
@@ -55,9 +56,6 @@ def metric_key(*parts: str) -> str:
     return "/".join(clean(p) for p in parts)
 
 
-CHECKS_TAG = "compat.checks"
-GAINS_TAG = "compat.gains"
-SERVE_TAG = "compat.serve"  # how the version was gated against its parent's gallery
 MAX_TAG_VALUE = 100_000  # MLflow's limit on a model version tag's value
 
 
@@ -120,85 +118,6 @@ def serve_text(serve: dict[str, Any]) -> str:
     if serve.get("weights_sha256"):
         parts.append(f"sha256 {str(serve['weights_sha256'])[:12]}")
     return " ".join(parts)
-
-
-def serve_from_tags(tags: dict[str, str]) -> str:
-    """What ``compat chain`` shows of a version's served configuration (``native`` untagged)."""
-    return tags.get(SERVE_TAG) or "native"
-
-
-def _json_tag(tags: dict[str, str], key: str) -> Any:
-    """The JSON value of tag ``key``; None when absent or not JSON (a hand-edited tag): the
-    callers then read the older per-item tags."""
-    try:
-        return json.loads(tags[key]) if tags.get(key) else None
-    except ValueError:
-        return None
-
-
-def gains_from_tags(tags: dict[str, str]) -> dict[str, Any]:
-    """The update gains the gate recorded (``compat.gains``: protocol -> metric -> ``{paragon,
-    value, meaningful, reason}``, as promote's ``--json`` has them); for a verdict recorded
-    before that tag existed, the ``compat.gain.<protocol>`` tags (first metric; meaningful
-    unknown, so null)."""
-    gains = _json_tag(tags, GAINS_TAG)
-    if isinstance(gains, dict):
-        return gains
-    out: dict[str, Any] = {}
-    for key, value in tags.items():
-        if key.startswith("compat.gain.") and key != GAINS_TAG:
-            number, _, rest = str(value).partition(" ")
-            try:
-                v = float(number)
-            except ValueError:
-                continue
-            meaningful = False if "not meaningful" in rest else None
-            out[key[len("compat.gain.") :]] = {"*": {"paragon": None, "value": v,
-                                                     "meaningful": meaningful, "reason": None}}  # fmt: skip
-    return out
-
-
-def recorded_check(gallery: str, key: str, value: str) -> dict[str, Any]:
-    """A check read back from a tag written before the gate recorded whole checks
-    (``compat.checks``): ``compat.check.<gallery>.<key>`` = ``value``, ``key`` being
-    ``<protocol>.<metric>[.forward]`` (metric in tag spelling, ``tar/far:0.1``) and ``value``
-    ``pass +0.0123``. What such a tag does not hold is null."""
-    protocol, _, metric = key.partition(".")
-    forward = metric.endswith(".forward")
-    if forward:
-        metric = metric[: -len(".forward")]
-    verdict, _, diff = value.partition(" ")
-    try:
-        difference: float | None = float(diff)
-    except ValueError:
-        difference = None
-    check = dict.fromkeys(CHECK_FIELDS)
-    check.update(
-        protocol=protocol,
-        metric=metric.replace("/", "@").replace(":", "="),
-        gallery=gallery,
-        require="forward > cross" if forward else None,
-        difference=difference,
-        verdict=verdict or "fail",
-    )
-    return check
-
-
-def checks_from_tags(tags: dict[str, str], gallery: str | None = None) -> list[dict[str, Any]]:
-    """The checks the gate recorded on a version (``gallery``: only those against it): the
-    check objects of ``compat.checks``; for a verdict recorded before that tag existed, the
-    ``compat.check.<gallery>.<protocol>.<metric>`` tags (their other fields null)."""
-    checks = _json_tag(tags, CHECKS_TAG)
-    if isinstance(checks, list) and all(isinstance(c, dict) for c in checks):
-        return [c for c in checks if gallery is None or c.get("gallery") == gallery]
-    prefix = "compat.check."
-    out = []
-    for key, value in sorted(tags.items()):
-        if key.startswith(prefix):
-            g, _, rest = key[len(prefix) :].partition(".")
-            if gallery is None or g == gallery:
-                out.append(recorded_check(g, rest, value))
-    return out
 
 
 def _forward(require: str) -> tuple[str, ...]:
@@ -387,15 +306,12 @@ __all__ = [
     "GAINS_TAG",
     "VERDICT_PREFIXES",
     "VERDICT_TAGS",
-    "checks_from_tags",
     "describe",
     "evaluated_matrix",
     "evaluation_files",
-    "gains_from_tags",
     "log_training",
     "metric_key",
     "record_verdict",
-    "recorded_check",
     "seal",
     "training_history",
     "training_window",

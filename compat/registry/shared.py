@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compat.errors import InfrastructureError, UsageError
-from compat.registry.promotions import Ledger, checked_record
+from compat.registry.promotions import Ledger
 from compat.registry.uris import first_line, mask
 
 TABLE = "compat_promotions"
@@ -89,7 +89,10 @@ def lock_key(model: str) -> int:
 
 
 class PostgresLedger(Ledger):
-    """The ledger of :mod:`compat.registry.promotions`, stored in PostgreSQL."""
+    """The ledger of :mod:`compat.registry.promotions`, stored in PostgreSQL: the same typed
+    lines (:class:`compat.registry.log_line.LogLine`), replay and compare-and-set as the file
+    log; only the storage (a table, one ``jsonb`` row per line) and the lock (an advisory lock)
+    are its own."""
 
     def __init__(self, url: str, model: str) -> None:
         self.url = plain_url(url)
@@ -157,7 +160,7 @@ class PostgresLedger(Ledger):
             self._held = None
             conn.close()  # closing the session releases its advisory lock
 
-    def lines(self) -> list[dict[str, Any]]:
+    def _raw_lines(self) -> list[tuple[str, Any]]:
         psycopg = psycopg_module()
 
         with self._conn() as conn:
@@ -169,10 +172,10 @@ class PostgresLedger(Ledger):
                 return []  # no promotion yet: the table is created under the first lock
             except psycopg.Error as err:
                 raise self._fail("read", err) from None
-        # the same checks as the file log: a row that is no promotion record is exit 4 naming it
-        return [checked_record(r[0], f"{self.where} row {n}") for n, r in enumerate(rows, start=1)]
+        # typed by the Ledger as the file log's lines are: a bad row is exit 4 naming it
+        return [(f"{self.where} row {n}", r[0]) for n, r in enumerate(rows, start=1)]
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def _write(self, entry: dict[str, Any]) -> None:
         psycopg = psycopg_module()
         from psycopg.types.json import Jsonb
 

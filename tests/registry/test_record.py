@@ -5,18 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
+
 from compat.contracts.gate import CriterionResult, Verdict
+from compat.errors import BadInputError
 from compat.registry.describe import describe
 from compat.registry.record import (
-    checks_from_tags,
     evaluation_files,
-    gains_from_tags,
     metric_key,
     seal,
     training_history,
     verdict_metrics,
     verdict_tags,
 )
+from compat.registry.tags import checks_from_tags, gains_from_tags
 
 
 def _verdict() -> Verdict:
@@ -161,10 +163,9 @@ def test_gains_read_back_from_tags_written_before_compat_gains():
         "identification": {"*": {"paragon": None, "value": 0.41, "meaningful": None, "reason": None}},
         "verification": {"*": {"paragon": None, "value": 1.31, "meaningful": False, "reason": None}},
     }  # fmt: skip
-    assert (
-        gains_from_tags({"compat.gains": "{not json", **old})["identification"]["*"]["value"]
-        == 0.41
-    )
+    # a compat.gains edited into something else is exit 4 naming it, not another verdict
+    with pytest.raises(BadInputError, match=r"^v2: tag compat.gains: not JSON"):
+        gains_from_tags({"compat.gains": "{not json", **old}, "v2")
 
 
 def test_training_history_steps_epochs_and_reads_old_files(tmp_path):
