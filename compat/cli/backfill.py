@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from compat.cli.common import exit_on_error
+from compat.cli.common import check_bootstrap_options, exit_on_error
 from compat.errors import NOTHING_DONE
 
 HELP = (
@@ -106,6 +106,7 @@ def backfill(
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
 ) -> None:
     with exit_on_error():
+        check_bootstrap_options(seed=seed)  # --order random's seed, before any work
         from compat.backfill.apply import backfill as run
         from compat.backfill.plan import ORDERS
         from compat.embeddings.table import is_table

@@ -94,6 +94,27 @@ def exit_on_error(on_error: Callable[[CompatError], None] | None = None) -> Iter
         raise typer.Exit(err.exit_code) from None
 
 
+def check_bootstrap_options(
+    resamples: int | None = None,
+    seed: int | None = None,
+    resamples_option: str = "--resamples",
+    seed_option: str = "--seed",
+) -> None:
+    """A resamples count and a seed within the bounds params.yaml holds them to
+    (:data:`compat.compare.bootstrap.MAX_RESAMPLES`, ``MAX_SEED``): a UsageError (exit 2) naming
+    the option before any work, not a traceback (or gigabytes) after it. None: not given."""
+    from compat.compare.bootstrap import MAX_RESAMPLES, MAX_SEED
+    from compat.errors import UsageError
+
+    if resamples is not None and not 0 <= resamples <= MAX_RESAMPLES:
+        raise UsageError(
+            f"{resamples_option} {resamples}: expected 0 .. {MAX_RESAMPLES:,} resamples (as "
+            "params.yaml's evaluate.bootstrap)"
+        )
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"{seed_option} {seed}: expected a seed in 0 .. 2**32 - 1")
+
+
 _USER_SET = {k for k in ("MLFLOW_LOGGING_LEVEL",) if k in os.environ}  # before compat sets it
 
 

@@ -46,10 +46,13 @@ ADAPT_HELP = (
     "that check decides.\n\n"
     "--out is a folder: weights.safetensors, then card.json (kind, widths, weights sha256, "
     "data fingerprint, fit time, held-out numbers, the refusal); an existing --out is replaced "
-    "only when it holds a map (or nothing).\n\n"
+    "only when it holds a map (or nothing), and whole: the new map is written beside it and "
+    "swapped in.\n\n"
     "Exit codes: 0 the adapter was kept (or refused, accepted with --allow-refused); 2 usage "
     "(unknown kind, role or parameter, both or neither of --new/--old and the versions, an --out "
-    "that is not a map folder); 3 a file, version, split or folder is missing; 4 bad input "
+    "that is not a map folder or cannot be written, a --cache that is not a folder, --seed "
+    "outside 0 .. 2**32 - 1, --resamples over 100,000, --min-gain of 1 or more, an unknown "
+    "--device); 3 a file, version, split or folder is missing; 4 bad input "
     "(ids that do not pair up, labels that disagree, unreadable files, NaN or inf rows, too "
     "few pairs); 5 the disk is full or read-only; 7 the adapter was refused (--out is still "
     "written, its card says why)."
@@ -65,14 +68,19 @@ EMBED_HELP = (
     "embedded again; on a miss the model embeds the items with progress on stderr.\n\n"
     "The format follows --out: .npz (a bundle), .npy (the matrix; ids, labels and provenance "
     "in a <stem>.meta.npz sidecar) or a folder (Parquet shards). Labels are integer codes of "
-    "the sorted class names, which the file's meta lists.\n\n"
+    "the sorted class names, which the file's meta lists. An existing --out is replaced only "
+    "when a compat command wrote it (its meta says which); anything else there is refused "
+    "before any work and left as it is. A Parquet folder is written beside it and swapped in "
+    "whole.\n\n"
     "--out <folder>/<name>.lance writes a LanceDB table: a new one holds id, label and the "
     "column vec_<VERSION>; in an existing one the rows are matched by id and fill "
     "vec_<VERSION> (added if missing; the other columns untouched; every item must be a row of "
     "the table). Re-embedding a backfilled gallery's images this way replaces the mapped rows "
     "of those items. See docs/lancedb.md.\n\n"
     "Exit codes: 0 written; 2 usage (none or several of --split/--manifest/--folder, an --out "
-    "of unknown format); 3 the version, split, manifest, folder or data source is missing; 4 "
+    "of unknown format, an --out or --cache that cannot be written, an --out holding "
+    "something compat did not write, a --device this machine lacks: before any work, on a "
+    "cache hit too); 3 the version, split, manifest, folder or data source is missing; 4 "
     "bad input (a bad card or weights, unreadable images, a source of another image size; a "
     "table whose ids do not hold the items, or whose vec_<VERSION> has another width); 5 the "
     "disk is full or read-only; 6 another command is writing the table."
@@ -230,7 +238,9 @@ def adapt(
         if new is not None and old is not None:
             from compat.maps.pairs import match_pairs, read_rows
 
-            pairs = match_pairs(read_rows(new), read_rows(old), min_match=min_match)
+            pairs = match_pairs(
+                read_rows(new, not no_labels), read_rows(old, not no_labels), min_match=min_match
+            )
             names = (new.stem, old.stem)
         else:
             pairs = _version_pairs(

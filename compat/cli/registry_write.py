@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from compat.cli import output
-from compat.cli.common import exit_on_error
+from compat.cli.common import check_bootstrap_options, exit_on_error
 from compat.cli.registry import JsonOption, UriOption, named_registry, print_checks, warn
 
 
@@ -75,9 +75,10 @@ clean-up keeps it (docs/lancedb.md).
 
 Exit codes: 0 every criterion passed (production moved, or already pointed at VERSION); 1 a
 criterion failed, production unchanged; 2 usage (bad option, --against missing while
-production is set, --rollback on a promotion that is not one); 3 not found (version, contract,
-artifact, evaluation set); 4 bad input (contract, card, params, embeddings, an invalid version
-name); 5 registry or promotion-log database unreachable; 6 production is not at --against
+production is set, --rollback on a promotion that is not one, a --seed outside 0 .. 2**32 - 1
+or a --bootstrap over 100,000); 3 not found (version, contract, artifact, evaluation set); 4 bad
+input (contract, card, params, embeddings, an invalid version name, a served map whose card
+names other versions or weights than it serves); 5 registry or promotion-log database unreachable; 6 production is not at --against
 (moved meanwhile, or unset), a rollback without --rollback, a write conflict that persisted."""
 
 
@@ -139,6 +140,7 @@ def promote_cmd(
         params=params,
     )
     with exit_on_error(on_error=_summarize_error(f"compat promote {version}")):
+        check_bootstrap_options(bootstrap, seed, "--bootstrap")  # before any evaluation
         reg = named_registry(uri, read=dry_run)  # a dry run records nothing: it only reads
         if gallery is not None:  # the table's rows, read before the gate (compat.registry.gallery)
             from compat.registry.gallery import GalleryGate

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from compat.cli.common import exit_on_error
+from compat.cli.common import check_bootstrap_options, exit_on_error
 from compat.errors import NOTHING_DONE
 
 
@@ -63,11 +63,12 @@ HELP = (
     "sha256 is checked against its card and its input width against the query rows. An "
     "adapter its held-out check refused is not applied (exit 7) unless --allow-refused.\n\n"
     "Exit codes: 0 success; 2 usage (unknown protocol, index or index parameter; a file that is "
-    "not .npz, .npy or a Parquet folder); 3 a file or the adapter is missing; 4 bad input "
-    "(unreadable archive, missing key, empty array, NaN or inf, non-integer labels, rows and "
-    "labels of different lengths, query and gallery of different dimensions without "
-    "--dim-mismatch, an adapter whose weights fail their sha256 or whose width is not the "
-    "query rows'); 7 the adapter was refused when it was fitted (nothing scored).\n\n"
+    "not .npz, .npy or a Parquet folder; a --seed outside 0 .. 2**32 - 1); 3 a file or the "
+    "adapter is missing; 4 bad input (unreadable archive, missing key, empty array, NaN or "
+    "inf, non-integer labels, rows and labels of different lengths, an input that is not a "
+    "regular file, query and gallery of different dimensions without --dim-mismatch, an "
+    "adapter whose weights fail their sha256, whose widths are not the query rows' and the "
+    "gallery's, or whose card names other versions or weights than the files record); 7 the adapter was refused when it was fitted (nothing scored).\n\n"
     "Different dimensions: --dim-mismatch truncate scores the first d coordinates of the wider "
     "rows (BCT's convention for a new model wider than the old one), truncating before "
     "L2-normalising; --dim-mismatch pad zero-pads the narrower rows."
@@ -122,6 +123,7 @@ def score(
     ),
 ) -> None:
     with exit_on_error():
+        check_bootstrap_options(seed=seed)  # the verification pairs' seed, before any work
         adapter = None
         if query_adapter is not None:
             from compat.maps import open_map

@@ -23,6 +23,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 DEFAULT_RESAMPLES = 1000
+# The bounds every resamples count and seed is held to, on the command line as in params.yaml
+# (``evaluate.bootstrap``, ``evaluate.seed``): 10^5 resamples of a large evaluation set already
+# take a few GB, and numpy seeds a generator from 0 .. 2**32 - 1.
+MAX_RESAMPLES = 100_000
+MAX_SEED = 2**32 - 1
 # Bound on one block of resample weights (elements), about 32 MB of int64.
 _BLOCK_ELEMENTS = 4_000_000
 

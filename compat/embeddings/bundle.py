@@ -106,18 +106,29 @@ def archive_size(arrays: dict[str, np.ndarray]) -> int:
     return sum(int(a.nbytes) + 256 + 2 * len(k) for k, a in arrays.items()) + 22
 
 
-def load_bundle(path: str | os.PathLike[str], *, name: str | None = None) -> EmbeddingBundle:
-    """Read and validate a bundle; ``name`` replaces the path in error messages if given."""
+def load_bundle(
+    path: str | os.PathLike[str], *, name: str | None = None, labels: bool = True
+) -> EmbeddingBundle:
+    """Read and validate a bundle; ``name`` replaces the path in error messages if given.
+    ``labels=False``: a bundle without ``labels`` is read too (its labels are then all -1, for
+    a caller that ignores them: ``compat adapt --no-labels``)."""
+    from compat.files import open_regular
+
     p = Path(path)
     where = name or str(p)
-    if not p.is_file():
+    if not p.exists():
         raise NotFoundError(f"{where}: file not found")
-    with open(p, "rb") as f:
+    # a FIFO, device or folder named as a bundle is bad input (exit 4), refused before a read
+    # could block (compat.files)
+    with open_regular(p, "an .npz bundle") as f:
         magic = f.read(4)
     if magic != b"PK\x03\x04" and magic != b"PK\x05\x06":
         raise BadInputError(f"{where}: archive: not an .npz archive (as written by numpy.savez)")
-    check_archive(p, where)
-    return _validate(read_members(p, where, REQUIRED_KEYS + OPTIONAL_KEYS), where)
+    check_archive(p, where, required=REQUIRED_KEYS if labels else ("embeddings",))
+    raw = read_members(p, where, REQUIRED_KEYS + OPTIONAL_KEYS)
+    if not labels and "labels" not in raw and "embeddings" in raw:
+        raw["labels"] = np.full(len(raw["embeddings"]), -1, dtype=np.int64)
+    return _validate(raw, where)
 
 
 # What reading an archive member can raise besides a clean ValueError: a damaged deflate stream

@@ -46,12 +46,19 @@ class GalleryReader:
     ((n,) strings or None), ``format``. :meth:`blocks` yields :class:`Block` s in row order.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, labels: bool = True) -> None:
+        """``labels=False``: an ``.npz`` without labels is read too (its :attr:`labels` None),
+        for a caller that ignores them (``compat adapt --no-labels``)."""
         self.path = Path(path)
+        self._want_labels = labels
         self.where = str(self.path)
         self.format = format_of(self.path)
         if not self.path.exists():
             raise NotFoundError(f"{self.path}: file not found")
+        if not self.path.is_dir():  # a FIFO, socket or device: exit 4 before a read could block
+            from compat.files import check_regular
+
+            check_regular(self.path, "a gallery file or a folder of Parquet shards")
         self.version: str | None = None
         self.fingerprint: str | None = None
         self.meta: dict[str, Any] = {}
@@ -64,13 +71,13 @@ class GalleryReader:
     def _open_npz(self) -> None:
         from compat.embeddings.bundle import load_bundle
 
-        b = load_bundle(self.path)
+        b = load_bundle(self.path, labels=self._want_labels)
         self._bundle = b
         self.n, self.dim = len(b), b.dim
         self.version, self.fingerprint, self.meta = b.version, b.fingerprint, dict(b.meta)
         if b.row_versions is not None:
             self.row_versions = np.asarray(b.row_versions, dtype=np.str_)
-        self._labels = b.labels
+        self._labels = None if (b.labels < 0).all() and not self._want_labels else b.labels
         self._ids = None if b.ids is None else np.asarray(b.ids, dtype=np.str_)
 
     def _open_npy(self) -> None:

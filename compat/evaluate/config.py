@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compat.compare.bootstrap import MAX_RESAMPLES, MAX_SEED
 from compat.names import Name
 
 
@@ -51,10 +52,10 @@ class EvaluateConfig(BaseModel):
     )
     protocols: list[str] = Field(default_factory=_protocol_names)
     bootstrap: int = Field(
-        1000, ge=0, le=100_000, description="bootstrap resamples over queries; 0: none"
+        1000, ge=0, le=MAX_RESAMPLES, description="bootstrap resamples over queries; 0: none"
     )
     confidence: float = Field(0.95, gt=0.0, lt=1.0, description="level of reported intervals")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="random seed (0 .. 2**32 - 1)")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="random seed (0 .. 2**32 - 1)")
     full_square: bool = Field(False, description="also evaluate old queries on newer galleries")
     strict_ac: bool = Field(True, description="AC counts M[i][j] > M[j][j] (False: >=)")
     batch_size: int = Field(

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from compat.compare.bootstrap import DEFAULT_RESAMPLES
+from compat.compare.bootstrap import DEFAULT_RESAMPLES, MAX_RESAMPLES, MAX_SEED
 
 
 class Params(BaseModel):
@@ -40,10 +40,17 @@ class CheckConfig(Params):
         "held-out top-1 gain over the baseline at this level is above min_gain (the gate's rule)",
     )
     min_gain: float = Field(
-        0.0, ge=0, description="held-out top-1 the map must add over its baseline to be kept"
+        0.0,
+        ge=0,
+        lt=1,
+        description="held-out top-1 the map must add over its baseline to be kept (below 1: "
+        "top-1 is a share, no gain reaches 1)",
     )
     resamples: int = Field(
-        DEFAULT_RESAMPLES, ge=1, description="bootstrap resamples of the held-out queries"
+        DEFAULT_RESAMPLES,
+        ge=1,
+        le=MAX_RESAMPLES,
+        description="bootstrap resamples of the held-out queries",
     )
     near_chance: float = Field(
         2.0,
@@ -53,7 +60,9 @@ class CheckConfig(Params):
         "model's self test instead",
     )
     refuse: bool = Field(True, description="refuse a map that does not beat its baseline")
-    seed: int = Field(0, description="seeds the held-out split, the bootstrap and the fit")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="seeds the held-out split, the bootstrap and the fit"
+    )
 
 
 class BlendParams(Params):

@@ -43,21 +43,23 @@ class Pairs:
     notes: list[str] = field(default_factory=list)
 
 
-def read_rows(path: str | os.PathLike[str]) -> Rows:
-    """Every row of an embeddings file (any format), its ids and labels when it has them."""
+def read_rows(path: str | os.PathLike[str], labels: bool = True) -> Rows:
+    """Every row of an embeddings file (any format), its ids and labels when it has them
+    (``labels=False``: the labels are not read, and an ``.npz`` may have none)."""
     from compat.embeddings.reader import GalleryReader
 
-    r = GalleryReader(path)
+    r = GalleryReader(path, labels=labels)
     parts = [b.embeddings for b in r.blocks(65536, with_columns=False)]  # each checked finite
     emb = np.ascontiguousarray(np.concatenate(parts) if parts else np.zeros((0, r.dim)), np.float32)
     ids = None if r.ids is None else [str(i) for i in r.ids]
-    labels = None if r.labels is None else [int(v) for v in r.labels]
+    got = r.labels if labels else None
+    labels_out = None if got is None else [int(v) for v in got]
     info = {"file": str(Path(path)), "sha256": r.sha256(), "rows": r.n, "dim": r.dim}
     if r.version:
         info["version"] = r.version
     if r.fingerprint:
         info["fingerprint"] = r.fingerprint
-    return Rows(emb, ids, labels, r.where, info)
+    return Rows(emb, ids, labels_out, r.where, info)
 
 
 def _index(rows: Rows) -> dict[str, int]:
