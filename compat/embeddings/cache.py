@@ -115,6 +115,9 @@ class EmbeddingCache:
             save_bundle(self.path(key), stored)
         except StorageError as err:  # a full disk: the result stands, uncached
             log.warning("warning: %s; going on without caching it", err)
+        except OSError as err:  # a cache root that is a file, unwritable: the same
+            why = " ".join(str(err.strerror or err).split())
+            log.warning("warning: %s: cannot cache (%s); going on without it", self.path(key), why)
         return stored
 
     def get_or_compute(

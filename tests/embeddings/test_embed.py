@@ -122,6 +122,15 @@ def test_cache_round_trip_and_get_or_compute(tmp_path):
     assert second.version == "v1"
 
 
+def test_a_cache_that_cannot_be_written_is_a_warning_not_a_traceback(tmp_path, caplog):
+    """A --cache that is a file (issue 45 item 5): the embeddings stand, uncached."""
+    (tmp_path / "afile").write_text("mine")
+    cache = EmbeddingCache(tmp_path / "afile")
+    got, hit = cache.get_or_compute(CacheKey("w1", "d1", "t1"), _bundle, ids=["a", "b", "c"])
+    assert not hit and got.embeddings.shape[0] == 3
+    assert "cannot cache" in caplog.text and (tmp_path / "afile").read_text() == "mine"
+
+
 @pytest.mark.parametrize(
     "other", [CacheKey("w2", "d1", "t1"), CacheKey("w1", "d2", "t1"), CacheKey("w1", "d1", "t2")]
 )
