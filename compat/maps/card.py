@@ -80,6 +80,7 @@ class BlendInfo(_Strict):
     method: Literal["slerp"]
     weight: float = Field(ge=0, le=1)
     selected_on: int = Field(ge=0)  # held-out queries the weight was selected on
+    set: str | None = None  # where: a check set's half (None: held-out classes of the pairs)
     scores: dict[str, float | None] = Field(default_factory=dict)  # weight -> held-out top-1
 
 

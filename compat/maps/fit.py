@@ -8,9 +8,9 @@ that were checked (fitted without the held-out pairs), so what the card reports 
 applied.
 
 A **query blend** (role ``query-blend``, :mod:`compat.maps.blend`) fits the adapter the same
-way, then selects its weight on the held-out pairs; without a check set those are divided by
-class in two halves, one selecting the weight and the other checking the blend, so the weight
-is never checked on the rows that chose it.
+way, then selects its weight: with a check set on half its classes, the blend then checked on
+the other half; without one on half the held-out classes of the pairs, checked on the other
+half. The weight is never checked on the rows that chose it.
 
 With a **check set** (:class:`compat.maps.verdict.CheckSet`: a held-out set whose classes no
 model was trained on, the pipeline's validation split) the map is also checked there as the gate
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from compat.errors import BadInputError
-from compat.maps.blend import select_weight, slerp
+from compat.maps.blend import select_on_set, select_weight, slerp
 from compat.maps.card import MAP_ROLES, BlendInfo, MapCard, MapData, MapRefusal, SetCheck
 from compat.maps.config import BlendParams, CheckConfig, Params
 from compat.maps.store import Map, weights_blob
@@ -127,12 +127,20 @@ def fit_map(
         bp = (
             BlendParams.model_validate(blend or {}) if not isinstance(blend, BlendParams) else blend
         )
-        select_rows = val_rows
-        if check_set is None and bp.weight is None:
-            select_rows, check_rows = _halves(val_rows, labels, cfg.seed)
-        blended = select_weight(
-            yu[select_rows], applier.apply(xu[select_rows]), labels_of(select_rows), bp
-        )
+        if check_set is not None:
+            check_set = _prepared(check_set, kind, role, x, y)
+        if check_set is not None and bp.weight is None:  # half its classes select the weight
+            chosen, check_set = check_set.halves(cfg.seed)
+            blended = select_on_set(
+                chosen.manifest, chosen.old, applier.apply(chosen.new), bp, chosen.name
+            )
+        else:
+            select_rows = val_rows
+            if check_set is None and bp.weight is None:
+                select_rows, check_rows = _halves(val_rows, labels, cfg.seed)
+            blended = select_weight(
+                yu[select_rows], applier.apply(xu[select_rows]), labels_of(select_rows), bp
+            )
         w, old_rows = blended.weight, yu[check_rows]
 
         def apply(rows: np.ndarray) -> np.ndarray:  # the check's rows: the blend's u are theirs
@@ -192,6 +200,24 @@ def _halves(
     return rows[first], rows[second]
 
 
+def _prepared(check_set: CheckSet, kind: str, role: str, x: np.ndarray, y: np.ndarray) -> CheckSet:
+    """``check_set`` with its rows checked (the shape its manifest and the pairs' widths call
+    for, finite) and L2-normalised; BadInputError naming the set otherwise."""
+    new_w, old_w = (x.shape[1], y.shape[1]) if role != "gallery-map" else (y.shape[1], x.shape[1])
+    n = len(check_set.manifest.items)
+    for side, rows, width in (("new", check_set.new, new_w), ("old", check_set.old, old_w)):
+        if rows.ndim != 2 or rows.shape != (n, width):
+            raise BadInputError(
+                f"map {kind}: check set {check_set.name}: the {side} rows have shape "
+                f"{rows.shape}, expected ({n}, {width})"
+            )
+        if not np.isfinite(rows).all():
+            raise BadInputError(f"map {kind}: check set {check_set.name}: NaN or inf rows")
+    new = _unit(check_set.new, "check set rows", kind)
+    old = _unit(check_set.old, "check set rows", kind)
+    return CheckSet(check_set.name, check_set.manifest, new, old, check_set.fingerprint)
+
+
 def _check_set(
     applier: Any,
     blended: BlendInfo | None,
@@ -205,29 +231,15 @@ def _check_set(
     """The check on ``check_set`` as the gate judges the configuration serving the map."""
     from compat.maps.verdict import check_on_set
 
-    new_w, old_w = (x.shape[1], y.shape[1]) if role != "gallery-map" else (y.shape[1], x.shape[1])
-    n = len(check_set.manifest.items)
-    for side, rows, width in (("new", check_set.new, new_w), ("old", check_set.old, old_w)):
-        if rows.ndim != 2 or rows.shape != (n, width):
-            raise BadInputError(
-                f"map {kind}: check set {check_set.name}: the {side} rows have shape "
-                f"{rows.shape}, expected ({n}, {width})"
-            )
-        if not np.isfinite(rows).all():
-            raise BadInputError(f"map {kind}: check set {check_set.name}: NaN or inf rows")
-    new, old = (
-        _unit(check_set.new, "check set rows", kind),
-        _unit(check_set.old, "check set rows", kind),
-    )
+    cs = _prepared(check_set, kind, role, x, y)
     if role == "gallery-map":
-        queries, gallery = new, applier.apply(old)
+        queries, gallery = cs.new, applier.apply(cs.old)
     elif blended is not None:
-        queries, gallery = slerp(old, applier.apply(new), blended.weight), old
+        queries, gallery = slerp(cs.old, applier.apply(cs.new), blended.weight), cs.old
     else:
-        queries, gallery = applier.apply(new), old
+        queries, gallery = applier.apply(cs.new), cs.old
     label = kind if blended is None else f"{kind} blend"
-    return check_on_set(queries, gallery, CheckSet(check_set.name, check_set.manifest, new, old,
-                                                   check_set.fingerprint), cfg, kind=label)  # fmt: skip
+    return check_on_set(queries, gallery, cs, cfg, kind=label)
 
 
 __all__ = ["fit_map", "pairs_fingerprint"]

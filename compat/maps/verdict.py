@@ -51,6 +51,27 @@ class CheckSet:
     old: np.ndarray  # the old version's rows of manifest.items
     fingerprint: str | None = None
 
+    def halves(self, seed: int = 0) -> tuple[CheckSet, CheckSet]:
+        """The set divided by class in two (whole classes in each, deterministic for
+        ``seed``): the same rows, each half's manifest holding its classes' query and gallery
+        items. A query blend selects its weight on the first and is checked on the second."""
+        from types import SimpleNamespace
+
+        classes = sorted(set(self.manifest.labels))
+        order = np.random.default_rng([seed, 0x5E7]).permutation(len(classes))
+        first = {classes[i] for i in order[: len(classes) // 2]}
+        out = []
+        for k, keep in enumerate((True, False)):
+            labels = self.manifest.labels
+            m = SimpleNamespace(
+                items=self.manifest.items, labels=labels, pairs=[],
+                query=[i for i in self.manifest.query if (labels[i] in first) == keep],
+                gallery=[i for i in self.manifest.gallery if (labels[i] in first) == keep],
+            )  # fmt: skip
+            name = f"{self.name} (half {k + 1} of its classes)"
+            out.append(CheckSet(name, m, self.new, self.old, self.fingerprint))
+        return out[0], out[1]
+
 
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)

@@ -321,7 +321,8 @@ def test_adapt_a_query_blend_checked_on_a_check_set(tmp_path):
     card = load_map(tmp_path / "b").card
     assert card.role == "query-blend" and f"blend weight {card.blend.weight:g}" in r.stdout
     v = card.verdict
-    assert v.set == "check_new.npz and check_old.npz" and v.lower_bound > 0
+    assert v.set == "check_new.npz and check_old.npz (half 2 of its classes)"
+    assert v.lower_bound > 0 and card.blend.set.endswith("(half 1 of its classes)")
     assert f"as the gate judges: top-1 {v.served:.4f} served, {v.old_self:.4f}" in r.stdout
     r = runner.invoke(app, [*base, "--out", str(tmp_path / "a"), "--check-new", paths["noise"],
                             "--check-old", paths["check_old"]])  # fmt: skip

@@ -132,12 +132,16 @@ def test_the_set_check_is_the_gates_verdict_on_the_same_rows(hard):
     new, old, labels = pool_new[held], pool_old[held], pool_labels[held]
     manifest = _check_manifest(labels)
     cfg = CheckConfig()
+    full = CheckSet("split:validation", manifest, new, old)
     for role, name in (("query-adapter", "adapt(v3)"), ("query-blend", "blend(v3)")):
         m = fit_map("procrustes", train_new, train_old, labels=train_labels.tolist(), role=role,
-                    check_set=CheckSet("split:validation", manifest, new, old))  # fmt: skip
+                    check_set=full)  # fmt: skip
         served = m.queries(new, old)
-        got, _ = check_on_set(served, old, CheckSet("set", manifest, new, old), cfg)
-        assert m.card.verdict.lower_bound == got.lower_bound
+        # a blend selects its weight on half the set's classes and is checked on the other half
+        checked = full if role == "query-adapter" else full.halves(0)[1]
+        manifest = checked.manifest
+        got, _ = check_on_set(served, old, checked, cfg)
+        assert m.card.verdict.lower_bound == got.lower_bound and m.card.verdict.set == checked.name
         contract = Contract(
             version="v3", parent="v1", embedding_dim=new.shape[1], head="cosface",
             serve={"mode": role}, criteria=[{"protocol": "identification", "metric": "top1",
@@ -151,6 +155,12 @@ def test_the_set_check_is_the_gates_verdict_on_the_same_rows(hard):
         assert (check.lhs_value, check.rhs_value) == (got.served, got.old_self)
         assert check.lower_bound == pytest.approx(got.lower_bound, abs=1e-12)
         assert check.passed == (got.lower_bound > 0) == (m.refused is None)
+    half1, half2 = full.halves(0)
+    assert m.card.blend.set == half1.name == "split:validation (half 1 of its classes)"
+    assert m.card.blend.selected_on == len(half1.manifest.query)
+    first = {half1.manifest.labels[i] for i in half1.manifest.query}
+    assert first.isdisjoint(half2.manifest.labels[i] for i in half2.manifest.query)
+    assert len(half1.manifest.query) + len(half2.manifest.query) == len(full.manifest.query)
 
 
 def test_a_map_its_fold_keeps_is_refused_by_the_set_as_the_gate_would(hard):
