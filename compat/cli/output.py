@@ -3,7 +3,9 @@
 Three rules hold for every command:
 
 - **Never truncated.** On a terminal a table is drawn by rich when it fits at the width of its
-  longest words; when it does not (a narrow terminal), each row is printed as a block of
+  longest words; when it does not, a table that has a folded layout (the gate's checks: a few
+  columns whose cells wrap, :data:`FOLDED_CHECK_COLUMNS`, 90 columns at most) is drawn folded;
+  only when that does not fit either (a narrow terminal) is each row printed as a block of
   ``name: value`` lines that wrap. Off a terminal (a pipe, a CI log, typer's test runner) rich
   would draw at 80 columns and cut every number to ``0.…``, so tables are printed as markdown
   rows instead, whole, one line per row, greppable and pasteable.
@@ -179,8 +181,11 @@ def print_table(
     title: str | None = None,
     caption: str | None = None,
     show_header: bool = True,
+    folded: tuple[Sequence[str | Column], Sequence[Sequence[Cell]]] | None = None,
 ) -> None:
-    """A table on stdout, never truncated (see the module docstring for the three layouts)."""
+    """A table on stdout, never truncated (see the module docstring for the layouts);
+    ``folded``: the same rows in fewer, wrapping columns, drawn on a terminal too narrow for
+    the full table."""
     from rich.text import Text
 
     cols = _columns(columns)
@@ -197,6 +202,9 @@ def print_table(
         return
     if _fits(con.width, cols, rows):
         con.print(_rich_table(title, cols, rows, caption, show_header))
+        return
+    if folded is not None and _fits(con.width, _columns(folded[0]), folded[1]):
+        con.print(_rich_table(title, _columns(folded[0]), folded[1], caption, show_header))
         return
     # Narrow terminal: one block per row, every value whole and wrapped by rich.
     if title:
@@ -286,17 +294,27 @@ CHECK_COLUMNS = (
 )
 
 
+def _gallery(check: Mapping[str, Any]) -> str:
+    role = check.get("role")
+    return check["gallery"] + (f" ({role})" if role in ("transitive", "rollback") else "")
+
+
+def _verdict_cell(check: Mapping[str, Any], markdown: bool) -> Cell:
+    """``pass``, ``FAIL``, or ``accepted`` (a rollback loss accepted with --accept-loss)."""
+    verdict = check.get("verdict")
+    if verdict == "pass":
+        return "pass" if markdown else Styled("pass", "green")
+    if verdict == "accepted":
+        return "**accepted**" if markdown else Styled("accepted", "yellow")
+    return "**FAIL**" if markdown else Styled("FAIL", "red")
+
+
 def check_cells(check: Mapping[str, Any], *, markdown: bool = False) -> list[Cell]:
     """One check as a table row of :data:`CHECK_COLUMNS`: the one layout of a check that
     ``promote``, ``show``, ``chain`` and the step summary print."""
-    role = check.get("role")
-    gallery = check["gallery"] + (f" ({role})" if role in ("transitive", "rollback") else "")
+    gallery = _gallery(check)
     margin, conf = check.get("margin"), check.get("confidence")
-    passed = check.get("verdict") == "pass"
-    if markdown:
-        verdict: Cell = "pass" if passed else "**FAIL**"
-    else:
-        verdict = Styled("pass", "green") if passed else Styled("FAIL", "red")
+    verdict = _verdict_cell(check, markdown)
     return [
         check["protocol"],
         check["metric"],
@@ -311,6 +329,61 @@ def check_cells(check: Mapping[str, Any], *, markdown: bool = False) -> list[Cel
         fmt_gain(check.get("gain"), check.get("gain_meaningful")),
         verdict,
     ]
+
+
+# The same checks in fewer columns whose cells wrap, for a terminal narrower than the full
+# table (about 155 columns): what is checked against which gallery, the rule with its margin
+# and confidence, the two cells, the difference with its lower bound, the gain and the verdict.
+# Each column is as wide as its longest word at least, 90 columns in all.
+FOLDED_CHECK_COLUMNS = (
+    Column("check"),
+    Column("require"),
+    Column("new", numeric=True),
+    Column("baseline", numeric=True),
+    Column("difference", numeric=True),
+    Column("gain", numeric=True),
+    Column("verdict"),
+)
+
+
+def folded_check_cells(check: Mapping[str, Any]) -> list[Cell]:
+    """One check as a row of :data:`FOLDED_CHECK_COLUMNS` (the values of :func:`check_cells`)."""
+    margin, conf = check.get("margin"), check.get("confidence")
+    rule = human(check.get("require"))
+    if margin:
+        rule += f", margin {margin:g}"
+    if conf is not None:
+        rule += f", at {conf:g}"
+    difference = fmt_diff(check.get("difference"))
+    if conf is not None:
+        difference += f" (bound {fmt_diff(check.get('lower_bound'))})"
+    gain = check.get("gain")
+    return [
+        f"{check['protocol']} {check['metric']} on {_gallery(check)}",
+        rule,
+        fmt_value(check.get("new")),
+        fmt_value(check.get("baseline")),
+        difference,
+        "-"
+        if gain is None
+        else fmt_percent(gain) + ("" if check.get("gain_meaningful") else " not meaningful"),
+        _verdict_cell(check, False),
+    ]
+
+
+def outcome_text(report: Mapping[str, Any]) -> str:
+    """What a gate did to production, in words, for its last line and its step summary:
+    ``production -> v3 (rollback)``, ``production unchanged``, or for a dry run what the
+    real run would do."""
+    version = report["version"]
+    kind = " (rollback)" if report.get("rollback") else ""
+    if report.get("dry_run"):
+        if report.get("passed") and report.get("would_move"):
+            return f"dry run, nothing recorded; the real run moves production -> {version}{kind}"
+        return "dry run, nothing recorded; production unchanged"
+    if report.get("passed") and report.get("moved"):
+        return f"production -> {version}{kind}"
+    return "production unchanged"
 
 
 def gain_line(protocol: str, metric: str, gain: Mapping[str, Any]) -> str:
@@ -333,12 +406,7 @@ def promote_summary(report: Mapping[str, Any], run_url: str | None = None) -> st
     :func:`check_cells`), every update gain with its reason, and a link to the version's
     MLflow run when ``run_url`` is known."""
     version, parent = report["version"], report.get("parent")
-    if report.get("dry_run"):
-        outcome = "dry run, nothing recorded"
-    elif report.get("passed"):
-        outcome = f"production -> {version}" if report.get("moved") else "production unchanged"
-    else:
-        outcome = "production unchanged"
+    outcome = outcome_text(report)
     verdict = "PASSED" if report.get("passed") else "FAILED"
     rollback = report.get("rollback")
     if rollback:

@@ -83,11 +83,16 @@ def warn_drift(reg: Any, entries: list[dict[str, Any]] | None = None) -> None:
 
 
 def print_checks(checks: list[dict[str, Any]], title: str, query: list[str] | None = None) -> None:
-    """Checks as one table (:func:`compat.cli.output.check_cells`); ``query``: a first column
-    naming each row's query version (``chain``)."""
+    """Checks as one table (:func:`compat.cli.output.check_cells`; folded into fewer wrapping
+    columns on a terminal too narrow for it, :func:`compat.cli.output.folded_check_cells`);
+    ``query``: a first column naming each row's query version (``chain``)."""
     columns = list(output.CHECK_COLUMNS)
     rows = [output.check_cells(c) for c in checks]
+    folded_columns = list(output.FOLDED_CHECK_COLUMNS)
+    folded = [output.folded_check_cells(c) for c in checks]
     if query is not None:
         columns = [output.Column("query"), *columns]
         rows = [[q, *r] for q, r in zip(query, rows, strict=True)]
-    output.print_table(columns, rows, title=title)
+        folded_columns = [output.Column("query"), *folded_columns]
+        folded = [[q, *r] for q, r in zip(query, folded, strict=True)]
+    output.print_table(columns, rows, title=title, folded=(folded_columns, folded))

@@ -211,7 +211,8 @@ def chain_cmd(
 
 
 def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
-    """The promotion log: who moved production, when, from what to what.
+    """The promotion log: who moved production, when, from what to what (and each version
+    `compat unregister` deleted: kind unregister, its version in the `to` column).
 
     Exit codes: 0 success (also when nothing was promoted yet); 2 usage (bad option); 3 not a
     compat project and no --registry-uri, or the folder of a sqlite:/// URI does not exist; 4
@@ -235,8 +236,10 @@ def log_cmd(uri: str | None = UriOption, as_json: bool = JsonOption) -> None:
                 e["when"],
                 e["who"],
                 e.get("kind") or "promotion",
-                output.human(e.get("from")) if e.get("from") else "(unset)",
-                e["to"],
+                output.human(e.get("from"))
+                if e.get("from") or e.get("kind") == "unregister"
+                else "(unset)",
+                e.get("to") or e.get("version") or "-",
                 e["state"] + (" (recovered)" if e.get("recovered") else ""),
                 (e.get("contract_sha256") or "-")[:12],
                 (e.get("report_sha256") or "-")[:12],

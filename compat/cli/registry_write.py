@@ -1,7 +1,7 @@
 """The commands that write the registry: ``compat register`` (a version's run and its
-registration) and ``compat promote`` (the gate, then the compare-and-set on ``production``;
-``--dry-run`` only reads). What they share with the read commands is
-:mod:`compat.cli.registry`.
+registration), ``compat promote`` (the gate, then the compare-and-set on ``production``;
+``--dry-run`` only reads) and ``compat unregister`` (a registration undone, logged). What
+they share with the read commands is :mod:`compat.cli.registry`.
 """
 
 from __future__ import annotations
@@ -63,8 +63,14 @@ PROMOTE_HELP = """Gate VERSION on its contract; move `production` to it only if 
 
 Promoting a version while production is not one of its ancestors (a newer or an unrelated
 version) is a rollback: it needs --rollback and is also gated on the rows production (and any
-version served since VERSION last was) embedded: M(VERSION, production) against
-M(production, production), on the contract's rollback criteria.
+version served since VERSION last was) embedded, on the contract's rollback criteria (by
+default M(VERSION, production) against M(VERSION, VERSION): no loss on those rows). A loss is
+accepted by a margin in the contract's rollback.criteria, or by --accept-loss WHY (logged with
+who and why); a failed rollback check names the key to write (docs/rollback.md).
+
+A dry run judges exactly as the real run and exits with its code, writing nothing; with --local
+it gates versions read from files (models/<v>/, or <--embeddings-dir>/<v>.npz) that are not
+registered, against the registry's versions (a pull request's candidate).
 
 With --gallery TABLE (a LanceDB table, <folder>/<name>.lance) the gate first reads the rows
 VERSION would serve (each from vec_VERSION where the row has it, else from the newest other
@@ -75,11 +81,14 @@ clean-up keeps it (docs/lancedb.md).
 
 Exit codes: 0 every criterion passed (production moved, or already pointed at VERSION); 1 a
 criterion failed, production unchanged; 2 usage (bad option, --against missing while
-production is set, --rollback on a promotion that is not one, a --seed outside 0 .. 2**32 - 1
-or a --bootstrap over 100,000); 3 not found (version, contract, artifact, evaluation set); 4 bad
-input (contract, card, params, embeddings, an invalid version name, a served map whose card
-names other versions or weights than it serves); 5 registry or promotion-log database unreachable; 6 production is not at --against
-(moved meanwhile, or unset), a rollback without --rollback, a write conflict that persisted."""
+production is set, --rollback on a promotion that is not one, --accept-loss without
+--rollback, --local without --dry-run, a --seed outside 0 .. 2**32 - 1 or a --bootstrap over
+100,000); 3 not found (version, contract, artifact, evaluation set); 4 bad input (contract,
+card, params, embeddings, an invalid version name, a --local version registered with other
+weights, a served map whose card names other versions or weights than it serves); 5 registry
+or promotion-log database unreachable; 6
+production is not at --against (moved meanwhile, or unset; a dry run too), a rollback without
+--rollback, a write conflict that persisted."""
 
 
 def promote_cmd(
@@ -98,8 +107,25 @@ def promote_cmd(
         None,
         help="version to measure the update gain against (default: the contract's paragon, else params.yaml evaluate.paragon)",
     ),
+    accept_loss: str | None = typer.Option(
+        None,
+        "--accept-loss",
+        metavar="WHY",
+        help="a rollback: accept the failed rollback checks as measured; WHY is logged with who",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="evaluate and print the verdict; write nothing"
+    ),
+    local: list[str] = typer.Option(
+        [],
+        "--local",
+        metavar="VERSION",
+        help="with --dry-run: read VERSION from files instead of the registry (repeatable)",
+    ),
+    embeddings_dir: Path | None = typer.Option(
+        None,
+        "--embeddings-dir",
+        help="with --local: read each local version from <dir>/<version>.npz instead of models/",
     ),
     bootstrap: int = typer.Option(
         1000, min=0, help="bootstrap resamples over queries (0: no confidence bounds)"
@@ -141,7 +167,12 @@ def promote_cmd(
     )
     with exit_on_error(on_error=_summarize_error(f"compat promote {version}")):
         check_bootstrap_options(bootstrap, seed, "--bootstrap")  # before any evaluation
+        if embeddings_dir is not None and not local:
+            from compat.errors import UsageError
+
+            raise UsageError("--embeddings-dir: names the bundles of --local versions")
         reg = named_registry(uri, read=dry_run)  # a dry run records nothing: it only reads
+        bundles = {v: embeddings_dir / f"{v}.npz" for v in local} if embeddings_dir else {}
         if gallery is not None:  # the table's rows, read before the gate (compat.registry.gallery)
             from compat.registry.gallery import GalleryGate
 
@@ -156,11 +187,14 @@ def promote_cmd(
             seed=seed,
             dry_run=dry_run,
             rollback=rollback,
+            accept_loss=accept_loss,
+            local=local,
+            embeddings=bundles,
             gallery=gate if gallery is not None else None,
         )
         # the version's run (registered before any verdict): linked on a dry run too, so a
         # pull request's summary leads to the candidate's training and evaluation
-        run_id = reg.get(version).run_id
+        run_id = None if version in local else reg.get(version).run_id
         run_url = reg.run_url(run_id)
     if outcome.report.get("gallery"):
         from compat.registry.gallery import GalleryRecord, describe, tag_name
@@ -172,6 +206,7 @@ def promote_cmd(
     report = {
         **outcome.report,
         "moved": outcome.moved,
+        "would_move": outcome.would_move,
         "messages": outcome.messages,
         "warnings": outcome.warnings,
         "checks": outcome.verdict.checks(),
@@ -199,9 +234,10 @@ def _summarize_error(command: str) -> Any:
 
 
 def _print_verdict(report: dict[str, Any]) -> None:
+    """The checks, gains and messages, then one last line: ``PASSED`` or ``FAILED`` and what
+    happened to production (a dry run says what the real run would do)."""
     from rich.text import Text
 
-    console = output.console()
     rollback = report.get("rollback")
     if not report["checks"]:
         output.say(f"{report['version']} has no parent: no criteria to check")
@@ -218,16 +254,40 @@ def _print_verdict(report: dict[str, Any]) -> None:
         output.say(msg)
     if report.get("run_url"):
         output.say(f"MLflow run: {report['run_url']}")
-    if report["dry_run"]:
-        output.say("dry run: nothing recorded")
-    elif report["passed"]:
-        moved = f": production -> {report['version']}" if report["moved"] else ""
-        kind = " (rollback)" if rollback and report["moved"] else ""
-        console.print(Text.assemble(("PASSED", "green"), moved + kind))
-    else:
-        console.print(Text.assemble(("FAILED", "red"), ": production unchanged"))
+    word, style = ("PASSED", "green") if report["passed"] else ("FAILED", "red")
+    output.console().print(Text.assemble((word, style), ": " + output.outcome_text(report)))
+
+
+def unregister_cmd(
+    version: str = typer.Argument(..., metavar="VERSION", help="the registered version to delete"),
+    why: str = typer.Option(..., "--why", help="why the registration is undone (logged)"),
+    uri: str | None = UriOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Undo a registration: delete VERSION's registered model version (its run stays, tagged
+    compat.unregistered) and log it (kind unregister, who, when, why) in the promotion log.
+
+    Refused for a version that is or was production, or that another registered version names
+    as its parent: the registry's history is never rewritten.
+
+    Exit codes: 0 unregistered; 2 usage (bad option, an empty --why); 3 not found (VERSION not
+    registered); 4 an invalid version name; 5 registry or promotion-log database unreachable,
+    the promotion lock not acquired; 6 refused: VERSION is or was production, or is another
+    registered version's parent."""
+    from compat.registry.unregister import unregister
+
+    with exit_on_error():
+        entry = unregister(named_registry(uri), version, why)
+    if as_json:
+        output.echo_json({**entry, "mlflow_version": output.as_int(entry["mlflow_version"])})
+        return
+    typer.echo(
+        f"{version}: unregistered (MLflow version {entry['mlflow_version']} deleted; its run "
+        f"stays), logged by {entry['who']}: {why}"
+    )
 
 
 def register(app: typer.Typer) -> None:
     app.command("register")(register_cmd)
     app.command("promote")(promote_cmd)
+    app.command("unregister")(unregister_cmd)

@@ -61,6 +61,21 @@ class CriterionResult:
     role: str = "parent"
     gain: float | None = None
     gain_meaningful: bool | None = None
+    # the contract key the criterion comes from (``criteria.0``, ``rollback.criteria.1``, or
+    # ``rollback.criteria`` for the default rollback criterion); ``accepted``: a failed
+    # rollback check whose loss ``compat promote --accept-loss`` accepted (who and why logged)
+    key: str = ""
+    accepted: bool = False
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``fail``, or ``accepted`` (a failed rollback check whose loss was accepted)."""
+        return "pass" if self.passed else ("accepted" if self.accepted else "fail")
+
+    @property
+    def holds(self) -> bool:
+        """Whether the check lets the gate pass: it passed, or its loss was accepted."""
+        return self.passed or self.accepted
 
     def to_check(self) -> dict[str, Any]:
         """The check object every command prints and every ``--json`` carries (README,
@@ -102,7 +117,9 @@ def check_object(result: dict[str, Any]) -> dict[str, Any]:
         "lower_bound": result.get("lower_bound"),
         "gain": result.get("gain"),
         "gain_meaningful": result.get("gain_meaningful"),
-        "verdict": "pass" if result.get("passed") else "fail",
+        "verdict": "pass"
+        if result.get("passed")
+        else ("accepted" if result.get("accepted") else "fail"),
     }
 
 
@@ -119,11 +136,14 @@ class Verdict:
     # how the version meets its parent's gallery: {"mode": native|query-adapter|backfill} and,
     # for a map, what the caller records of it (path, kind, sha256, fit data fingerprint)
     serve: dict[str, Any] = field(default_factory=lambda: {"mode": "native"})
+    # a rollback's losses accepted with --accept-loss: {who, why, checks} (logged as such)
+    accepted_loss: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def failed(self) -> list[CriterionResult]:
+        """The checks that did not pass (a loss accepted by ``--accept-loss`` included)."""
         return [r for r in self.results if not r.passed]
 
     def checks(self) -> list[dict[str, Any]]:
@@ -173,7 +193,7 @@ def required_cells(
     cells: list[tuple[str, str]] = []
     served = [contract.parent, *contract.transitive] if contract.parent else []
     for g in [*served, *rollback]:
-        mode = contract.serve.mode if g == contract.parent and g not in rollback else "native"
+        mode = _gallery_mode(contract, g, g in rollback)
         for c in [_term_cell("cross", new, g, mode), (g, g)]:
             if c not in cells:
                 cells.append(c)
@@ -186,6 +206,17 @@ def required_cells(
     if paragon and contract.parent and (paragon, paragon) not in cells:
         cells.append((paragon, paragon))
     return cells
+
+
+def _gallery_mode(contract: Contract, gallery: str, rollback: bool) -> str:
+    """How the version's queries meet ``gallery``: the parent's as the contract serves it; a
+    rollback's served rows through the query adapter or blend when the contract serves through
+    one (it is part of the version's query path, whatever gallery it searches); any other
+    gallery natively (psi maps the parent's rows only)."""
+    mode = contract.serve.mode
+    if rollback:
+        return mode if mode in ("query-adapter", "query-blend") else "native"
+    return mode if gallery == contract.parent else "native"
 
 
 def _term_cell(term: str, new: str, gallery: str, serve: str = "native") -> tuple[str, str]:
@@ -202,6 +233,15 @@ def _term_cell(term: str, new: str, gallery: str, serve: str = "native") -> tupl
         "self": (new, new),
         "forward": (new, psi_gallery(gallery)),
     }[term]
+
+
+def check_galleries(contract: Contract, lineage: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The parent, then the transitive ancestors nearest first (their place in ``lineage``,
+    the version's registered ancestors; one it does not list after, in the contract's order)."""
+    assert contract.parent is not None
+    rank = {v: i for i, v in enumerate(lineage)}
+    older = sorted(contract.transitive, key=lambda v: rank.get(v, len(rank)))  # stable
+    return [contract.parent, *older]
 
 
 def galleries_of(contract: Contract, criterion: Criterion) -> list[str]:
@@ -225,6 +265,7 @@ def judge(
     upgraded: dict[str, np.ndarray] | None = None,
     adapted: np.ndarray | None = None,
     rollback: list[str] | tuple[str, ...] = (),
+    lineage: list[str] | tuple[str, ...] = (),
 ) -> Verdict:
     """Evaluate every criterion of ``contract`` against the parent and each transitive ancestor.
 
@@ -234,7 +275,13 @@ def judge(
     query adapter (``cross``: M(adapt(new), parent)) or blend (M(blend(new), parent)), required
     when the contract serves by one of those. ``rollback``: the versions whose rows a
     rollback to this version must serve; each is checked on the contract's rollback criteria
-    (:meth:`~compat.contracts.schema.Contract.rollback_criteria`) in the parent's place.
+    (:meth:`~compat.contracts.schema.Contract.rollback_criteria`) in the parent's place, its
+    queries adapted (or blended) when the contract serves through a query adapter (or blend).
+
+    The checks come in one order, the one ``show`` and ``chain`` print too: gallery by gallery
+    (the parent, the transitive ancestors nearest first as ``lineage`` lists the version's
+    ancestors, then the rollback's served versions), each gallery's in the order of the
+    contract's criteria.
 
     A gain is ``meaningful`` only when every check of the version against its parent passed
     (the reason names the failed ones) and it is at most 100%
@@ -322,20 +369,22 @@ def judge(
                         q, {}
                     )[g] = num_pair(interval)
 
-    for criterion in contract.criteria:
-        for gallery in galleries_of(contract, criterion):
-            role = "parent" if gallery == contract.parent else "transitive"
-            verdict.results.append(
-                _check(criterion, new, gallery, comparisons, resamples, role,
-                       mode if role == "parent" else "native")
-            )  # fmt: skip
+    for gallery in check_galleries(contract, lineage):
+        role = "parent" if gallery == contract.parent else "transitive"
+        for i, criterion in enumerate(contract.criteria):
+            if gallery in galleries_of(contract, criterion):
+                verdict.results.append(
+                    _check(criterion, new, gallery, comparisons, resamples, role,
+                           _gallery_mode(contract, gallery, False), f"criteria.{i}")
+                )  # fmt: skip
     for gallery in rollback:
-        for criterion in back_criteria:
+        for i, criterion in enumerate(back_criteria):
             verdict.results.append(
-                _check(criterion, new, gallery, comparisons, resamples, "rollback")
-            )
+                _check(criterion, new, gallery, comparisons, resamples, "rollback",
+                       _gallery_mode(contract, gallery, True), contract.rollback_key(i))
+            )  # fmt: skip
     verdict.rollback = rollback
-    verdict.passed = all(r.passed for r in verdict.results)
+    verdict.passed = all(r.holds for r in verdict.results)
 
     if paragon and contract.parent is not None:
         # BCT defines the gain for a compatible update: any failed check of the pair (the
@@ -410,6 +459,7 @@ def _check(
     resamples: int,
     role: str = "parent",
     serve: str = "native",
+    key: str = "",
 ) -> CriterionResult:
     p, m = criterion.protocol, criterion.metric
     lhs_term, rhs_term = criterion.terms
@@ -445,4 +495,5 @@ def _check(
         passed=passed,
         description=criterion.describe(new, gallery, serve),
         role=role,
+        key=key,
     )

@@ -175,34 +175,67 @@ class Criterion(BaseModel):
         return f"{self.protocol} {self.metric}: {cells[lhs]} > {cells[rhs]}{margin}{conf}"
 
 
+class RollbackCriterion(Criterion):
+    """A criterion a rollback is judged on, for each served version S in the parent's place.
+
+    Its ``require`` defaults to ``cross > self``: M(V, S) against M(V, V), what the
+    rolled-back version V delivers on the rows S embedded against what it delivered on its own
+    rows (the forward-compatibility direction: old queries on a newer model's gallery, BCT,
+    Shen et al. CVPR 2020, Sec. 3, read for the change of query model a rollback makes).
+    ``cross > self_parent`` (M(V, S) against M(S, S), what S's rows serve today) may be asked
+    for explicitly. A negative ``margin`` is a loss the team accepts on S's rows."""
+
+    require: str = "cross > self"
+
+
 class Rollback(BaseModel):
     """What a rollback *to* this version must still serve (``compat promote --rollback``).
 
     A version promoted while production is a newer or unrelated version rolls production back;
     the gallery may then hold rows that versions after it embedded. ``serve`` names those
     versions (default: the production version at the time, and every version the promotion log
-    put in production after this one last served); each criterion is checked with the served
-    version in the parent's place: ``cross`` = M(this, served), ``self_parent`` = M(served,
-    served). ``criteria`` default to the contract's own (those without ``forward``: psi maps the
-    parent's rows only). A negative ``margin`` is a loss the team accepts on those rows.
+    put in production after this one last served; production must be among them, else the
+    gate refuses the rollback); each criterion is checked with the served version S in the
+    parent's place: ``cross`` = M(this, S) (its queries mapped by its query adapter or blend
+    when the contract serves through one), ``self_parent`` = M(S, S), ``self`` = M(this, this).
+    ``criteria`` default to ``cross > self`` at margin 0 for each metric of the contract's own
+    criteria (those without ``forward``: psi maps the parent's rows only). A negative
+    ``margin`` is a loss the team accepts on those rows, and is named in the gate's output.
+    An empty ``serve`` or ``criteria`` would check no rows and is refused.
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     serve: list[Name] | None = None
-    criteria: list[Criterion] | None = None
+    criteria: list[RollbackCriterion] | None = None
 
-    @model_validator(mode="after")
-    def _no_forward(self) -> Rollback:
-        for i, c in enumerate(self.criteria or []):
+    @field_validator("serve")
+    @classmethod
+    def _serve(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError(
+                "an empty list checks no rows: omit serve (production and every version served "
+                "since this one last was) or list the versions whose rows the gallery holds"
+            )
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError("a version is listed twice")
+        return v
+
+    @field_validator("criteria")
+    @classmethod
+    def _criteria(cls, v: list[RollbackCriterion] | None) -> list[RollbackCriterion] | None:
+        if v is not None and not v:
+            raise ValueError(
+                "an empty list checks no rows: omit criteria (cross > self on each of the "
+                "contract's metrics) or list at least one"
+            )
+        for i, c in enumerate(v or []):
             if c.uses_forward:
                 raise ValueError(
-                    f"criteria.{i}: require {c.require!r}: a rollback has no psi of the served "
-                    "rows; use cross, self_parent and self"
+                    f"{i}: require {c.require!r}: a rollback has no psi of the served rows; use "
+                    "cross, self_parent and self"
                 )
-        if self.serve is not None and len(set(self.serve)) != len(self.serve):
-            raise ValueError("serve: a version is listed twice")
-        return self
+        return v
 
 
 def adapter_name(version: str, mode: str = "query-adapter") -> str:
@@ -236,6 +269,16 @@ class Serve(BaseModel):
 
     mode: Literal["native", "query-adapter", "query-blend", "backfill"] = "native"
     map: str | None = None
+
+    @model_validator(mode="after")
+    def _map_needs_a_mode(self) -> Serve:
+        if self.mode == "native" and self.map is not None:
+            raise ValueError(
+                f"map {self.map!r}: a native version is served without a map, so it would be "
+                "ignored; name the mode it serves (query-adapter, query-blend or backfill) or drop "
+                "map"
+            )
+        return self
 
     def map_folder(
         self, version: str, parent: str, models: str | os.PathLike[str] = "models"
@@ -306,10 +349,32 @@ class Contract(BaseModel):
         return self
 
     def rollback_criteria(self) -> list[Criterion]:
-        """The criteria a rollback to this version is checked on, per served version."""
+        """The criteria a rollback to this version is checked on, per served version: the
+        contract's ``rollback.criteria``, else :func:`default_rollback_criteria`."""
         if self.rollback is not None and self.rollback.criteria is not None:
             return list(self.rollback.criteria)
-        return [c for c in self.criteria if not c.uses_forward]
+        return default_rollback_criteria(self.criteria)
+
+    def rollback_key(self, index: int) -> str:
+        """The contract key a rollback criterion comes from: ``rollback.criteria.<i>``, or
+        ``rollback.criteria`` (unwritten: the default) when the contract declares none."""
+        if self.rollback is not None and self.rollback.criteria is not None:
+            return f"rollback.criteria.{index}"
+        return "rollback.criteria"
+
+
+def default_rollback_criteria(criteria: Iterable[Criterion]) -> list[Criterion]:
+    """A rollback's default criteria: ``cross > self`` at margin 0, no confidence bound, once
+    for each (protocol, metric) of ``criteria`` without ``forward``: the rolled-back version
+    on the served rows must do at least as well as on its own (every loss accepted is written
+    down: a margin in ``rollback.criteria``, or ``compat promote --accept-loss``)."""
+    seen: dict[tuple[str, str], Criterion] = {}
+    for c in criteria:
+        if not c.uses_forward:
+            seen.setdefault(
+                (c.protocol, c.metric), RollbackCriterion(protocol=c.protocol, metric=c.metric)
+            )
+    return list(seen.values())
 
 
 def contract_digest(path: str | os.PathLike[str]) -> str:
@@ -345,6 +410,7 @@ def check_contract(path: str | os.PathLike[str]) -> tuple[Contract | None, list[
     problems = [
         f"{path}: {field}.metric: {reason}" for field, reason in _joint_metric_problems(contract)
     ]
+    problems += [f"{path}: {field}: {reason}" for field, reason in _rollback_problems(contract)]
     if path.stem != contract.version:
         problems.append(
             f"{path}: version: {contract.version!r} does not match the file name {path.stem!r}"
@@ -371,6 +437,22 @@ def _joint_metric_problems(contract: Contract) -> list[tuple[str, str]]:
     return problems
 
 
+def _rollback_problems(contract: Contract) -> list[tuple[str, str]]:
+    """A ``rollback.serve`` that lists the parent or a transitive ancestor: their rows are the
+    contract's own criteria's, so listed there they check no rollback rows; (field, reason)."""
+    served = contract.rollback.serve if contract.rollback is not None else None
+    covered = [v for v in served or [] if v == contract.parent or v in contract.transitive]
+    if not covered:
+        return []
+    return [
+        (
+            "rollback.serve",
+            f"{', '.join(covered)}: checked by the contract's own criteria already (parent, "
+            "transitive); list the versions served after this one",
+        )
+    ]
+
+
 def load_contract(path: str | os.PathLike[str]) -> Contract:
     """Load a contract or raise BadInputError naming the file and the first problem."""
     contract, problems = check_contract(path)
@@ -385,9 +467,11 @@ __all__ = [
     "Contract",
     "Criterion",
     "Rollback",
+    "RollbackCriterion",
     "canonical_metric",
     "check_contract",
     "contract_digest",
+    "default_rollback_criteria",
     "head_names",
     "load_contract",
     "protocol_options",

@@ -33,6 +33,12 @@ One concept per module (importing this package loads nothing):
   weights digest, an artifact folder downloaded
 * :mod:`compat.registry.promote`      ``compat promote``: load, check facts, judge, record,
   compare-and-set
+* :mod:`compat.registry.rollback`     rollbacks: when a promotion is one, whose rows it must
+  serve, the losses it accepts and the key a failed one must write
+* :mod:`compat.registry.overlay`      versions read from files instead of the registry: a dry
+  run's ``--local`` candidate, gated without being registered
+* :mod:`compat.registry.unregister`   ``compat unregister``: a registration undone and logged
+  (never one that is or was production)
 * :mod:`compat.registry.assemble`     the embeddings a gate needs: the embedding cache, else the
   weights, else a registered bundle; the parent upgraded by psi
 * :mod:`compat.registry.serving`      the rows a served configuration puts before the gate:

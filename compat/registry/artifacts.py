@@ -30,7 +30,13 @@ def is_model(rec: VersionRecord) -> bool:
 
 
 def download(reg: Registry, rec: VersionRecord, artifact: str) -> Path:
-    """A registered version's artifact folder, downloaded into a fresh temporary folder."""
+    """A registered version's artifact folder, downloaded into a fresh temporary folder (a
+    version read from files, :class:`compat.registry.overlay.LocalRecord`: its local folder)."""
+    local = getattr(rec, "artifacts", None)
+    if local is not None:
+        if artifact not in local:
+            raise NotFoundError(f"{rec.name}: read from {rec.source}, which has no {artifact!r}")
+        return Path(local[artifact])
     from mlflow.artifacts import download_artifacts
 
     dst = make_scratch_dir(rec.name)  # a killed process's is removed by the next one made

@@ -28,7 +28,7 @@ def points(x: float | None) -> str:
 def check_line(r: CriterionResult) -> str:
     """``- pass: identification top1: M(v2, v1) > M(v1, v1): 52.5% vs 32.5%, +20.0 pts``
     (with the lower bound of the difference when the criterion asks for a confidence level)."""
-    mark = "pass" if r.passed else "FAIL"
+    mark = {"pass": "pass", "fail": "FAIL", "accepted": "FAIL, loss accepted"}[r.verdict]
     bound = f", lower bound {points(r.lower_bound)}" if r.lower_bound is not None else ""
     role = " (rollback)" if r.role == "rollback" else ""
     return (
@@ -67,6 +67,9 @@ def describe(verdict: Verdict, against: str | None) -> str:
         for p, per in sorted(verdict.gain.items())
         for m, g in sorted(per.items())
     ]
+    if verdict.accepted_loss:
+        a = verdict.accepted_loss
+        lines.append(f"- loss accepted by {a['who']} (--accept-loss): {a['why']}")
     if against:
         tail = f"Promotion requested against {against} (production at the time)."
     else:

@@ -10,14 +10,21 @@ everything passed, under the promotion lock: resolve any promotion a crash left 
 that ``production`` still points at ``--against``, log ``pending``, move the alias, log
 ``committed``.
 
-**Rollbacks.** Promoting a version while production (``--against``) is not one of its
-ancestors (a newer version, or an unrelated one) rolls production back: the gallery may hold
-rows that production embedded, which the version's own contract never measured. It needs
-``--rollback`` (without it: exit 6 naming both versions; with it on an ordinary promotion: exit
-2), and is gated on the version's contract *and* on its rollback criteria against every
-version whose rows it must serve (:meth:`compat.contracts.schema.Contract.rollback_criteria`,
-:func:`rollback_galleries`): at least M(version, production) against M(production,
-production). It is logged, reported and recorded as a rollback.
+**Rollbacks** (:mod:`compat.registry.rollback`). Promoting a version while production
+(``--against``) is not one of its ancestors (a newer version, or an unrelated one) rolls
+production back: the gallery may hold rows that production embedded, which the version's own
+contract never measured. It needs ``--rollback`` (without it: exit 6 naming both versions; with
+it on an ordinary promotion: exit 2), and is gated on the version's contract *and* on its
+rollback criteria against every version whose rows it must serve: by default M(version, S)
+against M(version, version) for production S and every version served since. Losses it
+accepts are named; ``accept_loss`` accepts the failed rollback checks as measured, recorded
+in the log with who and why. It is logged, reported and recorded as a rollback.
+
+**Dry runs** judge and report exactly as the real run, then stop before anything is written,
+with the exit code the real run would have had: 1 for a failed check, 6 when production is not
+at ``--against`` any more. ``local`` names versions read from the working tree instead of the
+registry (:mod:`compat.registry.overlay`): a pull request's candidate, gated without being
+registered.
 """
 
 from __future__ import annotations
@@ -35,6 +42,14 @@ from compat.registry.drift import drift
 from compat.registry.gallery import GalleryGate, tag_gallery
 from compat.registry.promotions import now, who
 from compat.registry.record import record_verdict, seal
+from compat.registry.rollback import (
+    accept_losses,
+    accepted_losses,
+    loss_hints,
+    rollback_galleries,
+    rolls_back,
+    served_since,
+)
 from compat.registry.store import Registry, VersionRecord, check_version_name
 from compat.registry.uris import mask
 
@@ -51,6 +66,7 @@ class Outcome:
     report: dict[str, Any]
     verdict: Verdict
     moved: bool = False
+    would_move: bool = False  # a dry run: the real run would move production
     exit_code: int = 0
     messages: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # drift: printed on stderr by the CLI
@@ -64,40 +80,6 @@ def ancestors(reg: Registry, version: str) -> list[str]:
         out.append(rec.parent)
         rec = reg.find(rec.parent)
     return out
-
-
-def rolls_back(reg: Registry, version: str, against: str | None) -> bool:
-    """Whether making ``version`` production while it points at ``against`` is a rollback:
-    ``against`` is set, is not ``version`` and is none of its ancestors."""
-    return against is not None and against != version and against not in ancestors(reg, version)
-
-
-def served_since(promotions: list[dict[str, Any]], version: str) -> list[str]:
-    """The versions the log put in production after ``version`` last served (its rows may be
-    in the gallery); none when ``version`` never served."""
-    last = None
-    for i, p in enumerate(promotions):
-        if p.get("state") == "committed" and p.get("to") == version:
-            last = i
-    if last is None:
-        return []
-    later = [p.get("to") for p in promotions[last + 1 :] if p.get("state") == "committed"]
-    return [v for v in dict.fromkeys(later) if v and v != version]
-
-
-def rollback_galleries(
-    contract: Contract, production: str, promotions: list[dict[str, Any]]
-) -> list[str]:
-    """Whose rows a rollback to ``contract.version`` must serve: the contract's
-    ``rollback.serve``, else production and every version the log put in production after
-    this one last served; versions the contract checks anyway (parent, transitive) are left
-    to its own criteria."""
-    if contract.rollback is not None and contract.rollback.serve is not None:
-        wanted = list(contract.rollback.serve)
-    else:
-        wanted = [production, *served_since(promotions, contract.version)]
-    covered = {contract.version, contract.parent, *contract.transitive}
-    return [v for v in dict.fromkeys(wanted) if v not in covered]
 
 
 def params_paragon(params: Path, version: str) -> str | None:
@@ -142,6 +124,9 @@ def promote(
     seed: int = 0,
     dry_run: bool = False,
     rollback: bool = False,
+    accept_loss: str | None = None,
+    local: list[str] | tuple[str, ...] = (),
+    embeddings: dict[str, Path] | None = None,
     gallery: GalleryGate | None = None,
 ) -> Outcome:
     """Gate ``version`` on its contract and, if it passes, make it ``production``.
@@ -149,7 +134,9 @@ def promote(
     ``against`` is the version production must point at when the alias moves (compare-and-set);
     None (or ``"none"``) means production must still be unset: the first promotion.
     ``rollback``: the caller says this is a rollback (see the module docstring); required
-    exactly when it is one.
+    exactly when it is one. ``accept_loss``: why the team accepts the failed rollback checks
+    as measured (a rollback only; logged with who). ``local`` (a dry run only): versions read
+    from ``paths.models/<v>/``, or from the bundle ``embeddings[v]``, instead of the registry.
     ``gallery``: the LanceDB table the version will serve, its rows checked against what the
     gate measures and recorded with the move (:mod:`compat.registry.gallery`).
     """
@@ -159,7 +146,17 @@ def promote(
     check_version_name(version)
     if against is not None:
         check_version_name(against)
+    if accept_loss is not None and not rollback:
+        raise UsageError("--accept-loss: accepts the losses of a rollback; pass --rollback too")
+    if accept_loss is not None and not accept_loss.strip():
+        raise UsageError("--accept-loss: say why the loss is accepted (it is logged)")
     paths = paths or Paths()
+    if local:
+        if not dry_run:
+            raise UsageError("--local: versions read from files are gated in a dry run only")
+        from compat.registry.overlay import Overlay
+
+        reg = Overlay(reg, local, paths.models, paths.contracts, embeddings or {})
     contract_path = paths.contracts / f"{version}.yaml"
     contract: Contract = load_contract(contract_path)
     paragon = paragon or contract.paragon or params_paragon(paths.params, version)
@@ -167,7 +164,7 @@ def promote(
     check_facts(contract, registered_facts(rec), f"{contract_path}")
     if against is not None and reg.find(against) is None:
         raise NotFoundError(f"--against {against!r} is not registered")
-    is_rollback = rolls_back(reg, version, against)
+    is_rollback = rolls_back(ancestors(reg, version), version, against)
     if is_rollback and not rollback:
         raise ConflictError(
             f"promoting {version} while production is {against!r} is a rollback ({against} is "
@@ -180,16 +177,17 @@ def promote(
     served: list[str] = []
     if is_rollback:
         assert against is not None
-        served = rollback_galleries(contract, against, reg.ledger().promotions())
-        if served and not contract.rollback_criteria():
+        served = rollback_galleries(contract, against, reg.ledger().promotions(), contract_path)
+        if not served or not contract.rollback_criteria():
+            what = "no rows" if not served else f"{', '.join(served)}'s rows with no criterion"
             raise BadInputError(
-                f"{contract_path}: rollback.criteria: {version} declares no criteria to judge a "
-                f"rollback by (it would serve {', '.join(served)}'s rows)"
+                f"{contract_path}: rollback.criteria: a rollback to {version} would check "
+                f"{what}: list a criterion without forward in criteria or rollback.criteria"
             )
     if gallery is not None:  # the rows the table holds: each version's measured by this gate
         gallery.check(contract, reg, served, contract_path, rollback=is_rollback)
     if not is_rollback and contract.parent is None:
-        return _promote_root(reg, rec, contract_path, against, dry_run, gallery=gallery)
+        return _promote_root(reg, rec, contract_path, against, dry_run, expect_unset, gallery)
     gains_from = paragon if contract.parent else None
     names = [version, *([contract.parent] if contract.parent else []), *contract.transitive]
     names += served + ([gains_from] if gains_from else [])
@@ -208,13 +206,17 @@ def promote(
         upgraded=facts.upgraded,
         adapted=facts.adapted,
         rollback=served,
+        lineage=ancestors(reg, version),
     )
     if facts.serve is not None:
         verdict.serve = facts.serve
+    accepted = accept_losses(verdict, accept_loss) if accept_loss is not None else None
     report = _report(reg, verdict, contract_path, against, dry_run)
     report["kind"] = "rollback" if is_rollback else "promotion"
     if is_rollback:
-        report["rollback"] = {"from": against, "serve": served}
+        report["rollback"] = {"from": against, "serve": served, "accepted_loss": accepted}
+    if local:
+        report["local"] = sorted(set(local))
     report.update(
         transitive=contract.transitive,
         paragon=paragon,
@@ -232,8 +234,14 @@ def promote(
         report["gallery"] = gallery.summary()
     blob = seal(report)
     outcome = Outcome(report=report, verdict=verdict, exit_code=0 if verdict.passed else 1)
+    outcome.messages += accepted_losses(verdict, contract_path, accepted)
+    outcome.messages += loss_hints(contract, contract_path, verdict)
     if dry_run:
         outcome.warnings += _drift_now(reg)
+        if verdict.passed:  # where the real run would stop: production moved meanwhile
+            already = _plan_move(reg.production(), rec.name, against, expect_unset)
+            outcome.messages += already
+            outcome.would_move = not already
         return outcome
 
     record_verdict(
@@ -243,8 +251,9 @@ def promote(
     )  # fmt: skip
     if verdict.passed:
         outcome.moved = _move_production(
-            reg, rec, against, report, outcome, expect_unset, "rollback" if is_rollback else None
-        )
+            reg, rec, against, report, outcome, expect_unset, "rollback" if is_rollback else None,
+            accepted,
+        )  # fmt: skip
     else:
         outcome.warnings += _drift_now(reg)
     return outcome
@@ -298,6 +307,7 @@ def _move_production(
     outcome: Outcome,
     expect_unset: bool = False,
     kind: str | None = None,
+    accepted: dict[str, Any] | None = None,
 ) -> bool:
     """Compare-and-set of the production alias under the lock, logged before and after.
 
@@ -313,24 +323,10 @@ def _move_production(
         drifted = drift(current, log.promotions())
         if drifted:
             outcome.warnings.append(drifted)
-        if current == rec.name:
-            messages.append(f"{rec.name} is already production; nothing to move")
+        already = _plan_move(current, rec.name, against, expect_unset)
+        if already:
+            messages += already
             moved = False
-        elif current is not None and against is None and not expect_unset:
-            raise UsageError(f"production is {current!r}: name it with --against {current}")
-        elif current != against:
-            # Compare-and-set: the alias moves only from the version the gate compared against.
-            where = "unset" if current is None else repr(current)
-            hint = (
-                "promote the first version with --against none"
-                if current is None
-                else f"re-run the gate against {current!r}"
-            )
-            expected = "unset" if against is None else repr(against)
-            raise PromotionConflict(
-                f"production is {where}, not {expected}: it moves only from the version the "
-                f"gate compared against; {hint}"
-            )
         else:
             # the gated table version tagged first: a logged promotion never lacks its rows
             gallery = report.get("gallery")
@@ -338,11 +334,12 @@ def _move_production(
             pid = log.begin(
                 **{"from": current, "to": rec.name, "against": against},
                 **({"kind": kind} if kind else {}),
+                **({"accepted_loss": accepted} if accepted else {}),
+                **tagged,
                 contract_sha256=report["contract"]["sha256"],
                 report_sha256=report["report_sha256"],
                 registry=mask(reg.uri),
                 mlflow_version=rec.mlflow_version,
-                **tagged,
             )
             # If the move fails (the server died), the pending record stays: the next
             # promotion resolves it against the alias, so nothing is logged half-done.
@@ -353,12 +350,40 @@ def _move_production(
     return moved
 
 
+def _plan_move(
+    current: str | None, version: str, against: str | None, expect_unset: bool
+) -> list[str]:
+    """Whether the alias may move from ``current`` to ``version`` (compare-and-set on
+    ``against``): [] when it may, a message when it already points there; UsageError (exit 2)
+    when production is set and no ``--against`` names it, PromotionConflict (exit 6) when it
+    is not at ``--against``. A dry run asks it too, so it exits as the real run would."""
+    if current == version:
+        return [f"{version} is already production; nothing to move"]
+    if current is not None and against is None and not expect_unset:
+        raise UsageError(f"production is {current!r}: name it with --against {current}")
+    if current != against:
+        # Compare-and-set: the alias moves only from the version the gate compared against.
+        where = "unset" if current is None else repr(current)
+        hint = (
+            "promote the first version with --against none"
+            if current is None
+            else f"re-run the gate against {current!r}"
+        )
+        expected = "unset" if against is None else repr(against)
+        raise PromotionConflict(
+            f"production is {where}, not {expected}: it moves only from the version the gate "
+            f"compared against; {hint}"
+        )
+    return []
+
+
 def _promote_root(
     reg: Registry,
     rec: VersionRecord,
     contract_path: Path,
     against: str | None,
     dry_run: bool,
+    expect_unset: bool = False,
     gallery: GalleryGate | None = None,
 ) -> Outcome:
     """A version without a parent has no criteria: it may only open an empty production alias."""
@@ -376,9 +401,12 @@ def _promote_root(
     outcome = Outcome(report=report, verdict=verdict)
     if dry_run:
         outcome.warnings += _drift_now(reg)
+        already = _plan_move(current, rec.name, against, expect_unset)
+        outcome.messages += already
+        outcome.would_move = not already
     else:
         record_verdict(reg, rec, verdict, report, blob, keep_status=was_production(reg, rec))
-        outcome.moved = _move_production(reg, rec, against, report, outcome)
+        outcome.moved = _move_production(reg, rec, against, report, outcome, expect_unset)
     return outcome
 
 

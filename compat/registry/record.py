@@ -90,11 +90,7 @@ def verdict_tags(
         tags[CHECKS_TAG] = checks
     for r in verdict.results:
         key = tag_key("compat.check", r.gallery, r.protocol, r.metric, *_forward(r.require))
-        tags[key] = (
-            f"{'pass' if r.passed else 'fail'} {r.difference:+.4f}"
-            if r.difference is not None
-            else "fail n/a"
-        )
+        tags[key] = f"{r.verdict} {r.difference:+.4f}" if r.difference is not None else "fail n/a"
     if verdict.gain:
         gains = json.dumps(verdict.gain, sort_keys=True, separators=(",", ":"), allow_nan=False)
         if len(gains) <= MAX_TAG_VALUE:

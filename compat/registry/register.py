@@ -126,7 +126,7 @@ def _register(
     scratch: list[Path],
 ) -> tuple[VersionRecord, bool]:
     if embeddings is not None:
-        card, files, kind = _card_from_embeddings(version, Path(embeddings), contract_path, scratch)
+        card, files, kind = card_from_embeddings(version, Path(embeddings), contract_path, scratch)
     else:
         folder = Path(models_dir) / version
         if not folder.is_dir():
@@ -150,14 +150,14 @@ def _register(
 
     existing = reg.find(version)  # a re-registration needs no lock: nothing is written
     if existing is not None:
-        return _already_registered(existing, card), False
+        return already_registered(existing, card), False
     # Serialised like promotions (the same lock: a file lock, or PostgreSQL's advisory lock on a
     # shared registry), and the name looked up again inside it: two registrations of one name
     # started at once would otherwise both find it free and create two MLflow versions.
     with reg.ledger().lock():
         existing = reg.find(version)
         if existing is not None:
-            return _already_registered(existing, card), False
+            return already_registered(existing, card), False
         return _create(reg, version, models_dir, card, files, kind), True
 
 
@@ -174,7 +174,7 @@ def served_adapter(contracts: list[Path], version: str, models_dir: Path) -> Pat
     return Path(contract.serve.map_folder(version, contract.parent, models_dir) or "")
 
 
-def _already_registered(existing: VersionRecord, card: ModelCard | EmbeddingsCard) -> VersionRecord:
+def already_registered(existing: VersionRecord, card: ModelCard | EmbeddingsCard) -> VersionRecord:
     """The registered version, if it holds the same weights (a no-op); else BadInputError."""
     if existing.tags.get("compat.weights_sha256") == card.weights_sha256:
         return existing
@@ -231,7 +231,7 @@ def _create(
     return reg.get(version)
 
 
-def _card_from_embeddings(
+def card_from_embeddings(
     version: str, bundle: Path, contract_path: Path, scratch: list[Path]
 ) -> tuple[EmbeddingsCard, dict[str, list[Path]], str]:
     """A card for a version known only by its embeddings of the evaluation set."""

@@ -81,7 +81,7 @@ def verdict_paragraph(verdict: Verdict, against: str | None) -> str:
     sentences = [head]
     for r in verdict.results:
         bound = f", lower bound {points(r.lower_bound)}" if r.lower_bound is not None else ""
-        mark = "passes" if r.passed else "FAILS"
+        mark = {"pass": "passes", "fail": "FAILS", "accepted": "FAILS, loss accepted"}[r.verdict]
         sentences.append(
             f"{r.description} {mark}: {percent(r.lhs_value)} vs {percent(r.rhs_value)}, "
             f"{points(r.difference)}{bound}."
@@ -99,6 +99,9 @@ def verdict_paragraph(verdict: Verdict, against: str | None) -> str:
                 f"Update gain on {protocol} {metric} against paragon "
                 f"{g.get('paragon') or 'n/a'}: {what}."
             )
+    if verdict.accepted_loss:
+        a = verdict.accepted_loss
+        sentences.append(f"Loss accepted by {a['who']} with --accept-loss: {a['why']}.")
     sentences.append(
         f"Promotion requested against {against} (production at the time)."
         if against

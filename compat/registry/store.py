@@ -398,6 +398,10 @@ class Registry:
     def set_description(self, rec: VersionRecord, text: str) -> None:
         self.call("update_model_version", self.model, rec.mlflow_version, description=text)
 
+    def delete_version(self, rec: VersionRecord) -> None:
+        """Delete the registered model version (``compat unregister``); its run stays."""
+        self.call("delete_model_version", self.model, rec.mlflow_version)
+
     # --- the production alias ---------------------------------------------------------------
 
     def production_mlflow_version(self) -> str | None:

@@ -39,8 +39,18 @@ def _agree(version: str) -> dict:
     passed = tags.get("compat.verdict.passed")
     if passed is not None and (shown["parent"] or kind == "rollback"):
         assert ("PASSED" in rec.description) == (passed == "true")
+    # the run's page (MLflow's run description) tells the same verdict as the version's page
+    note = Registry().call("get_run", rec.run_id).data.tags.get("mlflow.note.content", "")
+    if kind == "rollback":
+        assert "as a rollback from" in note
+    if passed is not None and (shown["parent"] or kind == "rollback"):
+        assert ("PASSED" in note) == (passed == "true") == ("PASSED" in rec.description)
+    assert note.count(" passes: ") + note.count(" FAILS") == len(recorded)
     chain = json.loads(cli("chain", version, "--json").stdout)
     assert chain["lineage"][0] == version
+    # chain shows the version's promotion checks in show's order (rollback checks aside)
+    first = [c for p in chain["pairs"] if p["query"] == version for c in p["checks"]]
+    assert first == [c for c in recorded if c["role"] != "rollback"]
     log = json.loads(cli("log", "--json").stdout)["promotions"]
     moved_to = {p["to"] for p in log if p["state"] == "committed"}
     if version in moved_to:
@@ -83,7 +93,7 @@ def test_a_status_a_gate_recorded_is_not_a_kills_leftover(project):
 
 
 def test_promote_failed_rollback_passed_rollback_repromote_tell_one_story(project):
-    _chain(project)
+    _chain(project, v3_noise=1.3)  # v3's rows are worse than v2's: a rollback loses on them
     for name in ("v1", "v2", "v3"):
         _agree(name)
     # a failed rollback: v2 keeps 'promoted', reads as a failed rollback, production unchanged
@@ -112,3 +122,24 @@ def test_promote_failed_rollback_passed_rollback_repromote_tell_one_story(projec
     assert {c["role"] for c in shown["checks"]} <= {"parent", "transitive"}
     for name in ("v1", "v2", "v3"):
         _agree(name)
+
+
+def test_promote_show_and_chain_order_checks_alike(project):
+    """Gallery by gallery, the nearest first, each in the contract's order of criteria."""
+    project.contract("v1")
+    project.contract("v2", parent="v1")
+    project.contract("v3", parent="v2", transitive=("v1",))
+    for name, noise, seed in (("v1", 1.5, 1), ("v2", 0.8, 2), ("v3", 0.5, 3)):
+        bundle = project.bundle(name, project.embeddings(noise, seed))
+        assert cli("register", name, "--embeddings", str(bundle)).exit_code == 0
+    for args in (("v1",), ("v2", "--against", "v1")):
+        assert cli("promote", *args, "--bootstrap", "50").exit_code == 0
+    r = cli("promote", "v3", "--against", "v2", "--bootstrap", "50", "--json")
+    assert r.exit_code == 0, r.output
+    key = [(c["gallery"], c["metric"]) for c in json.loads(r.stdout)["checks"]]
+    assert key == [("v2", "top1"), ("v2", "tar@far=0.1"), ("v1", "top1"), ("v1", "tar@far=0.1")]
+    shown = json.loads(cli("show", "v3", "--json").stdout)["checks"]
+    pairs = json.loads(cli("chain", "v3", "--json").stdout)["pairs"]
+    chained = [c for p in pairs if p["query"] == "v3" for c in p["checks"]]
+    assert [(c["gallery"], c["metric"]) for c in shown] == key
+    assert [(c["gallery"], c["metric"]) for c in chained] == key
