@@ -97,11 +97,60 @@ def test_the_workflow_schema_holds(workflow):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def _gate_workflow() -> dict:
+    return yaml.safe_load((ROOT / ".github" / "workflows" / "compat-gate.yml").read_text(encoding="utf-8"))  # fmt: skip
+
+
 def test_the_workflow_uploads_the_gate_report():
-    text = (ROOT / ".github" / "workflows" / "compat-gate.yml").read_text(encoding="utf-8")
-    flow = yaml.safe_load(text)
-    steps = flow["jobs"]["gate"]["steps"]
-    gate = [s for s in steps if "ci_gate.py" in str(s.get("run", ""))]
-    assert gate and all("--report gate" in s["run"] for s in gate)
-    upload = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
-    assert upload and upload[0]["with"]["path"] == "gate/"
+    jobs = _gate_workflow()["jobs"]
+    for name in ("pull-request", "promote"):
+        steps = jobs[name]["steps"]
+        gate = [s for s in steps if "ci_gate.py" in str(s.get("run", ""))]
+        assert gate and all("--report gate" in s["run"] for s in gate), name
+        upload = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+        assert upload and upload[0]["with"]["path"] == "gate/", name
+
+
+def _secrets(obj) -> set[str]:
+    """The secrets a job (or step) reads anywhere in its definition."""
+    return set(re.findall(r"secrets\.([A-Za-z_][A-Za-z0-9_]*)", yaml.safe_dump(obj)))
+
+
+def test_only_the_protected_branch_holds_write_credentials():
+    """Issue 43 item 3: a pull request runs its own code (scripts/ci_gate.py included), so its
+    job gets a read-only registry credential and no promotion-log database; the write
+    credentials are read only by the job that runs on main, through a protected environment."""
+    flow = _gate_workflow()
+    writes = {"MLFLOW_TRACKING_URI", "COMPAT_REGISTRY_DATABASE"}
+    assert not _secrets(flow.get("env") or {}), "no secret at the workflow's level"
+    jobs = flow["jobs"]
+    pr, fork, promote = jobs["pull-request"], jobs["fork"], jobs["promote"]
+    assert _secrets(pr) == {"MLFLOW_TRACKING_URI_READONLY", "DVC_REMOTE_URL"}
+    assert not _secrets(pr) & writes and "environment" not in pr
+    assert not _secrets(fork) and "environment" not in fork
+    assert writes <= _secrets(promote) and promote["environment"] == "compat-registry"
+    assert [n for n, j in jobs.items() if writes & _secrets(j)] == ["promote"]
+    # who runs where: same-repository pull requests, forks, and main (push or dispatch)
+    same = "github.event.pull_request.head.repo.full_name == github.repository"
+    other = "github.event.pull_request.head.repo.full_name != github.repository"
+    assert same in pr["if"] and "github.event_name == 'pull_request'" in pr["if"]
+    assert other in fork["if"] and "github.event_name == 'pull_request'" in fork["if"]
+    assert "github.event_name != 'pull_request'" in promote["if"]
+    assert "github.ref == 'refs/heads/main'" in promote["if"]
+    # the pull request's gate is a dry run that comments; every run names no candidate inline
+    [gate] = [s for s in pr["steps"] if "ci_gate.py" in str(s.get("run", ""))]
+    assert "--dry-run" in gate["run"] and "--comment" in gate["run"]
+    assert pr["permissions"] == {"contents": "read", "pull-requests": "write"}
+    [run] = [s for s in promote["steps"] if "ci_gate.py" in str(s.get("run", ""))]
+    assert "--dry-run" not in run["run"] and "${{" not in run["run"]  # inputs via env only
+
+
+def test_a_dispatch_can_roll_back_with_its_reason():
+    flow = _gate_workflow()
+    inputs = flow[True]["workflow_dispatch"]["inputs"]  # YAML 1.1 reads `on:` as True
+    assert inputs["rollback"]["type"] == "boolean" and "accept_loss" in inputs
+    env = flow["jobs"]["promote"]["env"]
+    assert env["ROLLBACK"] == "${{ github.event.inputs.rollback }}"
+    assert env["ACCEPT_LOSS"] == "${{ github.event.inputs.accept_loss }}"
+    [run] = [s["run"] for s in flow["jobs"]["promote"]["steps"] if "ci_gate.py" in str(s.get("run", ""))]  # fmt: skip
+    assert "--rollback" in run and '--accept-loss "$ACCEPT_LOSS"' in run
