@@ -100,7 +100,9 @@ def parse_line(raw: Any, where: str) -> LogLine:
     try:
         return LogLine.model_validate(raw)
     except ValidationError as err:
-        raise BadInputError(format_validation_error(where, err, raw)) from None
+        message = format_validation_error(where, err, raw)
+        # one line whatever a key holds (a hand-made line may name a key "\n")
+        raise BadInputError(message.replace("\r", "\\r").replace("\n", "\\n")) from None
 
 
 def new_line(where: str, **fields: Any) -> LogLine:

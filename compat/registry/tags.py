@@ -88,7 +88,7 @@ def _parsed(tags: dict[str, str], key: str, adapter: TypeAdapter[Any], version: 
         return adapter.validate_python(value)
     except ValidationError as err:
         e = err.errors()[0]
-        field = ".".join(str(p) for p in e["loc"])
+        field = ".".join(str(p) for p in e["loc"]).replace("\r", "\\r").replace("\n", "\\n")
         raise BadInputError(f"{where}: {field or '(root)'}: {e['msg']}") from None
 
 

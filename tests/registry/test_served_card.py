@@ -102,10 +102,7 @@ def test_the_gate_refuses_an_adapter_fitted_for_other_versions(project):
     _one_line(r, 4, "maps/v3-paragon-to-v1/card.json: from/to: the map joins v3-paragon -> v1",
               "the contract serves v3's queries on v1's gallery")  # fmt: skip
     assert "compat.verdict.passed" not in runner.invoke(app, ["show", "v3", "--json"]).stdout
-    _gate_map(project, project.root / "maps" / "v3-to-v1", "v3", "v1")  # the right one passes
-    path = project.root / "contracts" / "v3.yaml"
-    path.write_text(path.read_text().replace("maps/v3-paragon-to-v1", "maps/v3-to-v1"))
-    assert runner.invoke(app, ["promote", "v3", "--against", "v1"]).exit_code == 0
+    # the adapter fitted for v3 -> v1 passes: tests/registry/test_promote_serve.py
 
 
 def test_the_gate_refuses_a_gallery_map_fitted_for_other_versions(project):

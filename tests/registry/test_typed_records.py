@@ -6,7 +6,9 @@ non-integer ``creation_time``. Each is the project's one line naming the record,
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -25,13 +27,30 @@ def _one_line(r, code: int, *words: str) -> None:
         assert w in line, line
 
 
+@pytest.fixture(scope="module")
+def promoted_once(tmp_path_factory, registry_template):
+    """v1 and v2 registered and promoted once per module (each test gets a copy)."""
+    from tests.registry.conftest import Project
+
+    root = tmp_path_factory.mktemp("promoted")
+    shutil.copytree(registry_template, root / "registry")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        project = Project(root)
+        project.register("v1", noise=1.5, seed=1)
+        project.register("v2", parent="v1", noise=0.5, seed=3)
+        assert runner.invoke(app, ["promote", "v1"]).exit_code == 0
+        assert runner.invoke(app, ["promote", "v2", "--against", "v1"]).exit_code == 0
+    return root
+
+
 @pytest.fixture()
-def promoted(project):
-    project.register("v1", noise=1.5, seed=1)
-    project.register("v2", parent="v1", noise=0.5, seed=3)
-    assert runner.invoke(app, ["promote", "v1"]).exit_code == 0
-    assert runner.invoke(app, ["promote", "v2", "--against", "v1"]).exit_code == 0
-    return project
+def promoted(promoted_once, tmp_path, monkeypatch):
+    root = tmp_path / "p"
+    shutil.copytree(promoted_once, root)  # a copied store is re-pointed by compat itself
+    monkeypatch.chdir(root)
+    return SimpleNamespace(root=root)
 
 
 @pytest.mark.parametrize(
