@@ -117,19 +117,31 @@ def fill_fragment(job: FragmentJob, progress: Any = None) -> FragmentFile:
         else:
             y, ok = np.zeros((len(x), col.dim), np.float32), np.zeros(len(x), bool)
         sel = job.selected[start - frag.start : start - frag.start + len(x)]
+        if sel.all() and not job.existing:  # every row mapped: psi's rows as they are (no copies)
+            up = upgrade_rows(job.psi, job.psi_sha256, job.device, x, start)
+            _check_finite(up, start, job.psi_where)
+            return up, np.ones(len(up), bool)
         if sel.any():
             # The whole batch goes through the map at its table rows: a row's bits never depend
             # on which other rows were chosen (fixed row blocks).
             up = upgrade_rows(job.psi, job.psi_sha256, job.device, x, start)
-            bad = ~np.isfinite(up[sel])
-            if bad.any():
-                r = start + int(np.flatnonzero(sel)[int(np.argwhere(bad)[0, 0])])
-                raise BadInputError(f"{job.psi_where}: psi produced NaN or inf for table row {r}")
             y[sel], ok[sel] = up[sel], True
+            _check_finite(y, start, job.psi_where, sel)
         return y, ok
 
     return write_fragment_column(table, frag, col, read, compute, batch_size=job.batch_size,
                                  name=job.name, progress=progress)  # fmt: skip
+
+
+def _check_finite(y: np.ndarray, start: int, where: str, rows: np.ndarray | None = None) -> None:
+    """psi's output for the batch at table row ``start`` (``rows``: the mapped ones) holds no
+    NaN or inf; else BadInputError naming the first such table row."""
+    bad = ~np.isfinite(y).all(axis=1)
+    if rows is not None:
+        bad &= rows
+    if bad.any():
+        r = start + int(np.flatnonzero(bad)[0])
+        raise BadInputError(f"{where}: psi produced NaN or inf for table row {r}")
 
 
 def backfill_table(

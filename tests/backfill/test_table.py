@@ -185,3 +185,29 @@ def test_exit_codes_of_a_table_backfill(tmp_path, kit):
                        psi_dir=tmp_path / "psi3")  # fmt: skip
     with table_lock(path), pytest.raises(ConflictError):
         backfill_table(path, source="v1", target="v2", psi_dir=tmp_path / "psi")
+
+
+def test_psi_producing_nan_is_bad_input_naming_the_table_row(tmp_path, kit, monkeypatch):
+    """Both ways a batch is mapped (every row, or the rows --fraction chose) check psi's output;
+    a failed run writes nothing into the table."""
+    import compat.backfill.table as table_backfill
+
+    kit.make_psi(tmp_path / "psi")
+    kit.make_gallery(tmp_path / "g.npz", n=50)
+    path = tmp_path / "g.lance"
+    import_gallery(tmp_path / "g.npz", path)
+    real = table_backfill.upgrade_rows
+
+    def nan_at_row_7(psi, sha, device, x, start):
+        y = real(psi, sha, device, x, start)
+        if start <= 7 < start + len(y):
+            y[7 - start, 3] = np.nan
+        return y
+
+    monkeypatch.setattr(table_backfill, "upgrade_rows", nan_at_row_7)
+    kw = {"source": "v1", "target": "v2", "psi_dir": tmp_path / "psi", "batch_size": 16}
+    for fraction in (1.0, 0.9):
+        with pytest.raises(BadInputError, match=r"psi produced NaN or inf for table row 7$"):
+            backfill_table(path, fraction=fraction, order="oldest", **kw)
+        assert open_table(path).valid(["vec_v2"])["vec_v2"].sum() == 0
+        assert not [p for p in (path / "data").iterdir() if p.name.startswith("compat-")]
