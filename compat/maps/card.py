@@ -74,14 +74,15 @@ class HeldOut(_Strict):
 
 class BlendInfo(_Strict):
     """A query blend's interpolation (:mod:`compat.maps.blend`): the weight on the adapted new
-    query (0: the old model's own query, 1: the adapter alone), selected on held-out classes of
-    the fit pairs, and the held-out top-1 of every weight tried."""
+    query (0: the old model's own query, 1: the adapter alone), selected on held-out classes,
+    and the held-out score of every weight tried."""
 
     method: Literal["slerp"]
     weight: float = Field(ge=0, le=1)
     selected_on: int = Field(ge=0)  # held-out queries the weight was selected on
     set: str | None = None  # where: a check set's half (None: held-out classes of the pairs)
-    scores: dict[str, float | None] = Field(default_factory=dict)  # weight -> held-out top-1
+    metric: str = "mAP"  # what selected it (identification, held out)
+    scores: dict[str, float | None] = Field(default_factory=dict)  # weight -> that metric
 
 
 class SetCheck(_Strict):

@@ -181,7 +181,7 @@ def test_with_a_validation_split_every_map_is_checked_there_as_the_gate_judges(i
         # a blend selects its weight on half the set's classes, and is checked on the other
         assert v.queries == (24 if card.blend is None else 12)
         assert metrics[name]["verdict"] == v.model_dump(mode="json")
-        assert "on split:validation as the gate judges" in line
+        assert f"on {v.set} as the gate judges" in line
         lb = v.lower_bound
         assert (card.refused is None) == (lb is not None and lb > 0)  # the set decides
     blend = load_map(in_tmp / "maps" / "v2-to-v1-blend").card
