@@ -122,10 +122,11 @@ def test_only_the_protected_branch_holds_write_credentials():
     credentials are read only by the job that runs on main, through a protected environment."""
     flow = _gate_workflow()
     writes = {"MLFLOW_TRACKING_URI", "COMPAT_REGISTRY_DATABASE"}
+    reads = {"MLFLOW_TRACKING_URI_READONLY", "COMPAT_REGISTRY_DATABASE_READONLY", "DVC_REMOTE_URL"}
     assert not _secrets(flow.get("env") or {}), "no secret at the workflow's level"
     jobs = flow["jobs"]
     pr, fork, promote = jobs["pull-request"], jobs["fork"], jobs["promote"]
-    assert _secrets(pr) == {"MLFLOW_TRACKING_URI_READONLY", "DVC_REMOTE_URL"}
+    assert _secrets(pr) == reads
     assert not _secrets(pr) & writes and "environment" not in pr
     assert not _secrets(fork) and "environment" not in fork
     assert writes <= _secrets(promote) and promote["environment"] == "compat-registry"
