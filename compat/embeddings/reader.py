@@ -27,6 +27,7 @@ import numpy as np
 
 from compat.embeddings.formats import DATASET_META, SHARD_GLOB, format_of, sidecar_of
 from compat.errors import BadInputError, NotFoundError
+from compat.files import check_regular
 
 
 @dataclass
@@ -56,8 +57,6 @@ class GalleryReader:
         if not self.path.exists():
             raise NotFoundError(f"{self.path}: file not found")
         if not self.path.is_dir():  # a FIFO, socket or device: exit 4 before a read could block
-            from compat.files import check_regular
-
             check_regular(self.path, "a gallery file or a folder of Parquet shards")
         self.version: str | None = None
         self.fingerprint: str | None = None
