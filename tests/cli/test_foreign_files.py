@@ -220,3 +220,17 @@ def read_only(tmp_path):
 def test_a_read_only_file_system_is_exit_5_for_every_format(here, read_only, name):
     r = _cli("embed", "v2", "--split", "v2", "--quiet", "--out", read_only / name)
     _refused(r, 5, "read-only file system")
+
+
+@pytest.mark.parametrize("name", ["g.npz", "g.npy", "g_parquet"])
+def test_a_full_disk_is_exit_5_and_leaves_nothing(here, small_disk, name):
+    disk = small_disk("1m")
+    with open(disk / "filler", "wb") as f:  # every byte taken
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    r = _cli("embed", "v2", "--split", "v2", "--quiet", "--out", disk / name)
+    _refused(r, 5, "no space left on the device")
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]
