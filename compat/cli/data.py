@@ -13,7 +13,8 @@ from compat.cli.common import App, exit_on_error
 data_app = App(
     help="Inspect the image source (data/source.json); import a gallery file into a LanceDB "
     "table, export one, show what a table holds.\n\n"
-    "Exit codes: 0 success; 2 usage (bad option); 3 the source file (or an image, a gallery) not "
+    "Exit codes: 0 success; 2 usage (bad option; an --out that cannot be written or holds "
+    "something compat did not write); 3 the source file (or an image, a gallery) not "
     "found; 4 a malformed source file, an unreadable image or gallery; 5 (preview, import, "
     "export) a full disk, spent quota or read-only file system; 6 another command is writing "
     "the table.",
@@ -159,7 +160,10 @@ def import_(
     "with row_versions when they differ (what a file backfill writes; the versions must share "
     "a width). --version V exports vec_V alone (every row must have it). Ids, labels and the "
     "table's fingerprint and meta are kept; the payload columns stay in the table.\n\n"
-    "Exit codes: 0 exported; 2 usage; 3 the table is missing; 4 bad input (no such column, "
+    "--out is replaced only when a compat command wrote it (its meta says which); anything "
+    "else there is refused before any work and left as it is.\n\n"
+    "Exit codes: 0 exported; 2 usage (an --out that cannot be written, or that holds "
+    "something compat did not write); 3 the table is missing; 4 bad input (no such column, "
     "null rows in it, versions of several widths, no labels for an .npz); 5 the disk is full "
     "or read-only."
 ))  # fmt: skip
