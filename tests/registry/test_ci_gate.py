@@ -142,6 +142,7 @@ def test_the_report_records_an_error_when_no_verdict_was_reached(project, capsys
     assert markdown.startswith("### compat promote v2: error (exit 3)")
 
 
+@pytest.mark.slow  # the default run checks this through faster tests; -m slow runs it
 def test_a_rollback_by_manual_dispatch_logs_its_accepted_loss(project, capsys, monkeypatch):
     from test_rollback import _chain
 

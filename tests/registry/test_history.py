@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_rollback import ROLLBACK_ALLOWING_A_LOSS, _chain, cli
 
 from compat.registry.record import VERDICT_PREFIXES
@@ -124,6 +125,7 @@ def test_promote_failed_rollback_passed_rollback_repromote_tell_one_story(projec
         _agree(name)
 
 
+@pytest.mark.slow  # the default run checks this through faster tests; -m slow runs it
 def test_promote_show_and_chain_order_checks_alike(project):
     """Gallery by gallery, the nearest first, each in the contract's order of criteria."""
     project.contract("v1")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_mlflow_model import _train_tiny  # tests/registry is on sys.path (conftest)
 from typer.testing import CliRunner
 
@@ -68,6 +69,7 @@ def test_a_dry_run_with_a_stale_against_exits_as_the_real_run(project):
     assert r.stdout.splitlines()[-1] == "PASSED: dry run, nothing recorded; production unchanged"
 
 
+@pytest.mark.slow  # the default run checks this through faster tests; -m slow runs it
 def test_local_needs_a_dry_run_and_a_registered_name_keeps_its_weights(project):
     _production_v2(project)
     r = cli("promote", "v2", "--against", "v2", "--local", "v2")
@@ -81,6 +83,7 @@ def test_local_needs_a_dry_run_and_a_registered_name_keeps_its_weights(project):
     assert "already registered" in r.stderr and "register the new weights under a new" in r.stderr
 
 
+@pytest.mark.slow  # the default run checks this through faster tests; -m slow runs it
 def test_a_trained_version_reads_as_its_registration_would(project):
     """models/<v>/: the tags the overlay gives equal the ones registration writes."""
     _train_tiny(project.root)

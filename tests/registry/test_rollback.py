@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -199,6 +200,7 @@ def test_a_rollback_with_the_loss_in_the_contract_is_logged_and_shown_as_one(pro
     assert reg.ledger().promotions()[-1].get("kind") is None
 
 
+@pytest.mark.slow  # the default run checks this through faster tests; -m slow runs it
 def test_a_declared_serve_must_list_production(project):
     _chain(project, "rollback:\n  serve: [v4]\n")
     r = cli("promote", "v2", "--against", "v3", "--rollback", "--bootstrap", "0")
@@ -207,6 +209,7 @@ def test_a_declared_serve_must_list_production(project):
     assert "add v3 to rollback.serve" in r.stderr
 
 
+@pytest.mark.slow  # the default run checks this through faster tests; -m slow runs it
 def test_a_dry_run_rollback_exits_as_the_real_one(project):
     _chain(project, v3_noise=1.3)
     r = cli("promote", "v2", "--against", "v3", "--rollback", "--bootstrap", "50", "--dry-run")
@@ -233,7 +236,6 @@ def test_a_sibling_of_production_is_a_rollback_too(project):
 
 
 def test_which_rows_a_rollback_must_serve():
-    import pytest
 
     from compat.contracts.schema import Contract
     from compat.errors import BadInputError

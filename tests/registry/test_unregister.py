@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from compat.cli.main import app
@@ -74,6 +75,7 @@ def test_history_is_never_unregistered(project):
     assert all(p.get("kind") != "unregister" for p in Registry().ledger().promotions())
 
 
+@pytest.mark.slow  # the default run checks this through faster tests; -m slow runs it
 def test_usage_and_not_found(project):
     _register(project, "v1", 1.5, 1)
     assert cli("unregister", "v9", "--why", "x").exit_code == 3
