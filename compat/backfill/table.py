@@ -48,7 +48,7 @@ import numpy as np
 
 from compat.backfill.apply import DEFAULT_BATCH, BackfillResult, check_map_card
 from compat.backfill.engines import ENGINES, make_tasks, upgrade_rows
-from compat.backfill.plan import Selection, select_rows
+from compat.backfill.plan import select_rows
 from compat.backfill.progress import Bar
 from compat.backfill.resume import work_dir_for
 from compat.embeddings.table import Fragment, open_table
@@ -67,6 +67,11 @@ from compat.errors import BadInputError, NotFoundError, UsageError
 from compat.io import fingerprint, sha256_bytes, sha256_file, write_json
 
 STATE = "state.json"
+# Rows read from the table at once, whatever --batch-size asks (which may be more): Lance's
+# reader holds a few batches beside the one being mapped; a 1M-row backfill asked for 65,536-row
+# batches peaked at 1,158 MB read whole, 1,042 MB read 16,384 at a time (docs/findings.md,
+# "LanceDB galleries"). A row's bits do not depend on its batch (compat.models.rowblocks).
+READ_ROWS = 16384
 
 
 @dataclass
@@ -129,7 +134,8 @@ def fill_fragment(job: FragmentJob, progress: Any = None) -> FragmentFile:
             _check_finite(y, start, job.psi_where, sel)
         return y, ok
 
-    return write_fragment_column(table, frag, col, read, compute, batch_size=job.batch_size,
+    return write_fragment_column(table, frag, col, read, compute,
+                                 batch_size=min(job.batch_size, READ_ROWS),
                                  name=job.name, progress=progress)  # fmt: skip
 
 
@@ -196,8 +202,7 @@ def backfill_table(
                 f"{table.where}: {tgt.name}: the column holds {tgt.dim}-dim rows, the map makes "
                 f"{card.out_dim}-dim ones (the wrong width)"
             )
-        versions = _row_versions(table, src, tgt, source, target)
-        is_source = versions == source
+        is_source, is_target = _row_masks(table, src, tgt, source)
         n_source = int(is_source.sum())
         result = functools.partial(
             TableBackfillResult, gallery=str(path), out=str(path), source=source, target=target,
@@ -209,18 +214,24 @@ def backfill_table(
                 resumed_batches=0, seconds=time.perf_counter() - started,
                 refused=card.refused.reason,
             )  # fmt: skip
+        # The rows to map, as one mask (at 4M rows a list of row numbers and its sorted copies
+        # for the job's digest took ~150 MB): every --from row, or those --fraction picks in the
+        # file backfill's order (compat.backfill.plan, on the rows' versions).
         if fraction >= 1.0:
-            rows = np.flatnonzero(is_source)
-            selection = Selection(rows, table.n - n_source, table.n)
+            chosen, already = is_source, table.n - n_source
         else:
+            versions = np.where(is_target, target, np.where(is_source, source, ""))
             selection = select_rows(versions, source, target, fraction=fraction, order=order,
                                     seed=seed)  # fmt: skip
-            rows = selection.rows
-        del versions, is_source
+            del versions
+            chosen, already = np.zeros(table.n, dtype=bool), selection.already
+            chosen[selection.rows] = True
+        del is_target
+        n_rows = int(chosen.sum())
         work = work_dir_for(path)
-        if not len(rows):
+        if not n_rows:
             _discard(work, path, say, None)
-            return result(upgraded=0, already=selection.already, remaining=n_source, batches=0,
+            return result(upgraded=0, already=already, remaining=n_source, batches=0,
                           resumed_batches=0, seconds=time.perf_counter() - started)  # fmt: skip
         column = VectorColumn(
             column_for(target), target, card.out_dim, _target_weights(card),
@@ -228,11 +239,9 @@ def backfill_table(
               "from": source, "from_column": src.name}],
         )  # fmt: skip
         table = declare_column(table, column)
-        chosen = np.zeros(table.n, dtype=bool)
-        chosen[rows] = True
         job = fingerprint({
             "table_version": int(table.ds.version), "column": column.name, "source": src.name,
-            "map": card.weights_sha256, "rows": sha256_bytes(np.sort(rows).astype(np.int64).tobytes()),
+            "map": card.weights_sha256, "rows": sha256_bytes(np.packbits(chosen).tobytes()),
             "batch_size": batch_size, "storage": table.ds.data_storage_version,
         })  # fmt: skip
         done = _resume(work, path, job, say)
@@ -275,7 +284,7 @@ def backfill_table(
             raise
         shutil.rmtree(work, ignore_errors=True)
         return result(
-            upgraded=len(rows), already=selection.already, remaining=n_source - len(rows),
+            upgraded=n_rows, already=already, remaining=n_source - n_rows,
             batches=len(jobs), resumed_batches=len(jobs) - len(todo),
             seconds=round(time.perf_counter() - started, 4), table_version=version,
         )  # fmt: skip
@@ -294,17 +303,17 @@ def _job(
     )  # fmt: skip
 
 
-def _row_versions(
-    table: Any, src: VectorColumn, tgt: VectorColumn | None, source: str, target: str
-) -> np.ndarray:
-    """Each row's version for the plan: ``target`` where ``vec_<to>`` holds it, else ``source``
-    where ``vec_<from>`` does; a row with neither is bad input."""
+def _row_masks(
+    table: Any, src: VectorColumn, tgt: VectorColumn | None, source: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows in ``--from``, rows in ``--to``) for the plan: a row is in ``--to`` where
+    ``vec_<to>`` holds it, else in ``--from`` where ``vec_<from>`` does; a row with neither is
+    bad input."""
     names = [src.name] + ([tgt.name] if tgt is not None else [])
     masks = table.valid(names)
-    versions = np.where(masks[src.name], source, "")
-    if tgt is not None:
-        versions = np.where(masks[tgt.name], target, versions)
-    missing = np.flatnonzero(versions == "")
+    is_target = masks[tgt.name] if tgt is not None else np.zeros(table.n, dtype=bool)
+    is_source = masks[src.name] & ~is_target
+    missing = np.flatnonzero(~(is_source | is_target))
     if missing.size:
         i = int(missing[0])
         also = f" (nor {tgt.name})" if tgt is not None else ""
@@ -312,7 +321,7 @@ def _row_versions(
             f"{table.where}: {src.name}: row {i} (id {str(table.ids()[i])!r}) has no {src.name}{also}: "
             f"it was not made by --from {source}"
         )
-    return versions
+    return is_source, is_target
 
 
 def _check_weights(card: Any, src: VectorColumn, where: str, psi_where: str) -> None:

@@ -248,8 +248,12 @@ class GalleryTable:
 
     def check_ids(self) -> None:
         """Ids checked never null and unique, without keeping them: sorted by Arrow and each
-        compared with the next (at 4M ids ~130 MB at peak, a hash set took twice that)."""
+        compared with the next (at 4M ids ~130 MB at peak, a hash set took twice that); the
+        memory Arrow's pool kept of it is handed back."""
+        import pyarrow as pa
+
         self._id_column()
+        pa.default_memory_pool().release_unused()
 
     def _id_column(self) -> Any:
         import pyarrow.compute as pc
