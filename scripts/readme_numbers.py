@@ -352,11 +352,11 @@ def _share_text(share: float | None) -> str:
 
 
 def _served_by(fit: dict[str, Any]) -> str:
-    """What serves the queries: ``procrustes query adapter`` or ``procrustes query blend (weight
-    0.8)`` (a blend's weight on the adapted query, selected on held-out classes)."""
+    """What serves the queries: ``procrustes query adapter`` or ``procrustes query blend, weight
+    0.8`` (a blend's weight on the adapted query, selected on held-out classes)."""
     blend = fit.get("blend")
     if blend:
-        return f"{fit['kind']} query blend (weight {blend['weight']:g})"
+        return f"{fit['kind']} query blend, weight {blend['weight']:g}"
     return f"{fit['kind']} query adapter"
 
 
@@ -422,6 +422,15 @@ def adapters_notes() -> str:
         out.append(
             f"`{new}`'s raw queries do not beat v1's self test on its gallery (native "
             f"{pct(t['native'])} against {pct(t['old'])} top-1)."
+        )
+    g = t.get("bct_gain")
+    if g and g.get("value") is not None and first.get("bct"):
+        lo, hi = g.get("interval") or (None, None)
+        out.append(
+            f"BCT's update gain of {first['bct']} measured against `{new}` (trained from scratch "
+            f"with no compatibility term: the papers' paragon) is {100 * g['value']:.1f}%"
+            + (f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else "")
+            + "."
         )
     kept = [n for n, f in fits.items() if not f["refused"]]
     refused = [n for n, f in fits.items() if f["refused"]]
