@@ -127,7 +127,7 @@ def _costs() -> dict[str, tuple[str, str, str]]:
     blend = next((f for f in fits.values() if f.get("blend")), None)
 
     def fit(f: dict[str, Any] | None) -> str:
-        return "" if f is None else f" ({f['kind']}: {f['fit_seconds']:.1f} s on {f['fit_pairs']:,} pairs)"  # fmt: skip
+        return "" if f is None else f" ({f['kind']}: {f['fit_seconds']:.2f} s on {f['fit_pairs']:,} pairs)"  # fmt: skip
 
     def apply(f: dict[str, Any] | None) -> str:
         return "" if f is None else f" ({f['apply_us_per_query']:.1f} us)"
