@@ -11,6 +11,7 @@ import json
 import lance
 import numpy as np
 import pyarrow as pa
+import pytest
 from typer.testing import CliRunner
 
 from compat.cli.main import app
@@ -104,6 +105,7 @@ def test_a_promotion_records_its_gallery_and_verify_watches_it(project):
                              "cleaned up")  # fmt: skip
 
 
+@pytest.mark.slow  # ~10 s: a promotion; the default run removes the tag before cleaning up
 def test_the_tag_keeps_the_gated_version_through_lances_clean_up(project):
     path = _table(project.root / "g.lance", {"v1": (range(N), EMBEDDED)})
     version = lance.dataset(path).version
