@@ -364,6 +364,7 @@ def dvc_yaml(seq: Sequence) -> dict[str, Any]:
                 f"{CODE}/compat/functional",
                 f"{CODE}/compat/data",
                 f"{CODE}/compat/io.py",
+                f"{CODE}/compat/outputs.py",
                 f"{CODE}/compat/cpu.py",
                 f"{CODE}/compat/stage.py",
                 "data",
