@@ -68,10 +68,11 @@ from compat.io import fingerprint, sha256_bytes, sha256_file, write_json
 
 STATE = "state.json"
 # Rows read from the table at once, whatever --batch-size asks (which may be more): Lance's
-# reader holds a few batches beside the one being mapped; a 1M-row backfill asked for 65,536-row
-# batches peaked at 1,158 MB read whole, 1,042 MB read 16,384 at a time (docs/findings.md,
-# "LanceDB galleries"). A row's bits do not depend on its batch (compat.models.rowblocks).
-READ_ROWS = 16384
+# reader holds a few batches beside the one being mapped; a 1M-row backfill peaked at 1,158 MB
+# read 65,536 rows at a time, 1,024 MB 16,384 at a time, 965 MB 8,192 at a time (the file
+# backfill's default batch; docs/findings.md, "LanceDB galleries"). A row's bits do not depend
+# on its batch (compat.models.rowblocks).
+READ_ROWS = 8192
 
 
 @dataclass

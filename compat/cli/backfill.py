@@ -39,7 +39,7 @@ HELP = (
     "commit, without rewriting any other column; rows --fraction leaves out stay null in "
     "vec_<to>. A killed run resumes from its finished fragments (.<name>.lance.backfill/ beside "
     "the table); one command at a time writes a table (.<name>.lance.lock). Its rows are read "
-    "at most 16,384 at a time, whatever --batch-size. With --engine ray each fragment is one "
+    "at most 8,192 at a time, whatever --batch-size. With --engine ray each fragment is one "
     "Ray task that reads, maps and writes it. See docs/lancedb.md.\n\n"
     "A psi the upgrade stage refused (it did not beat the gallery left alone) upgrades "
     "nothing: --out is not written and the command exits 7, unless --allow-refused accepts "
