@@ -178,3 +178,40 @@ def test_a_rollback_serves_the_column_its_version_reads_and_is_gated_on_those_ro
     assert record["gallery"]["rows"] == {"v3": 20, "v2": 40}  # v3's rows: the rollback's check
     checks = json.loads(r.stdout)["checks"]
     assert [c["gallery"] for c in checks if c["role"] == "rollback"] == ["v3"]
+
+
+@pytest.mark.slow  # ~20 s: psi fitted, two gates
+def test_mapped_rows_pass_only_through_the_map_the_gate_measured(project):
+    """Rows psi moved into vec_v2 are served only when the gate measured that very psi (its
+    weights' sha256): the same psi passes and is logged as the rows' map, another is exit 4."""
+    from test_promote_forward import FORWARD, _fit_psi
+
+    from compat.maps.folder import open_card
+
+    project.contract("v1")
+    path = project.contract("v2", parent="v1", confidence=None)
+    path.write_text(path.read_text().replace("criteria:\n", "criteria:\n" + FORWARD))
+    for name, noise, seed in (("v1", 1.5, 1), ("v2", 0.8, 2)):
+        bundle = project.bundle(name, project.embeddings(noise, seed))
+        assert cli("register", name, "--embeddings", bundle).exit_code == 0
+    assert cli("promote", "v1").exit_code == 0
+    folder = project.root / "models" / "v2" / "upgrade"
+    _fit_psi(project, folder)
+    sha = open_card(folder).weights_sha256
+    other = {"kind": "map", "from": "v1", "path": "elsewhere/psi", "weights_sha256": "b" * 64}
+    table = _table(project.root / "other.lance",
+                   {"v1": (range(N), EMBEDDED), "v2": (range(N), [other])})  # fmt: skip
+    r = cli("promote", "v2", "--against", "v1", "--dry-run", "--gallery", table)
+    assert r.exit_code == 4
+    assert (
+        f"vec_v2 (60 of 60 rows): rows moved from v1 by the map elsewhere/psi (sha256 bbbbbbbbbbbb),"
+        f" but the gate measures v1's rows through {folder.relative_to(project.root)} (sha256 "
+        f"{sha[:12]})" in " ".join(r.stderr.split())
+    )
+    same = {**other, "path": str(folder), "weights_sha256": sha}
+    table = _table(project.root / "g.lance",
+                   {"v1": (range(N), EMBEDDED), "v2": (range(30), [same])})  # fmt: skip
+    r = cli("promote", "v2", "--against", "v1", "--gallery", table)
+    assert r.exit_code == 0, r.output
+    logged = Registry().ledger().promotions()[-1]["gallery"]
+    assert logged["rows"] == {"v1": 30, "v2": 30} and logged["mapped"] == {"v2": sha}
