@@ -16,6 +16,8 @@ group; torch, mlflow and faiss are imported inside commands so ``compat --help``
 * :mod:`compat.cli.contract`       ``compat contract validate``: every problem of a contract file
 * :mod:`compat.cli.data`           ``compat data``: the image source the data stage produced
 * :mod:`compat.cli.score`          ``compat score``: evaluation protocols on your own embeddings
+* :mod:`compat.cli.score_queries`  the query rows ``compat score --query-adapter`` serves: a
+  query adapter's, or a query blend's with the old model's rows of the queries (``--old-query``)
 * :mod:`compat.cli.backfill`       ``compat backfill``: a stored gallery upgraded into a new
   version's space
 * :mod:`compat.cli.maps`           ``compat adapt`` (fit a query adapter) and ``compat embed`` (a

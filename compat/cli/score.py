@@ -14,7 +14,6 @@ from pathlib import Path
 import typer
 
 from compat.cli.common import check_bootstrap_options, exit_on_error
-from compat.errors import NOTHING_DONE
 
 
 class DimMismatchChoice(enum.StrEnum):
@@ -62,13 +61,24 @@ HELP = (
     "before scoring: a new model's queries mapped into the old gallery's space. Its weights' "
     "sha256 is checked against its card and its input width against the query rows. An "
     "adapter its held-out check refused is not applied (exit 7) unless --allow-refused.\n\n"
+    "A query blend (compat adapt --role query-blend) needs --old-query FILE too: the old "
+    "model's embeddings of the same queries (any --query format; labels not needed), matched "
+    "by ids when both files carry them (every query id must be there), else row for row. Each "
+    "served query is the point at the blend's weight w on the arc from the old model's own "
+    "query to the adapted new one (SLERP; w on the blend's card), as the gate serves it. Its "
+    "sha256, card and refusal are checked as an adapter's; a blend scores file galleries, not "
+    "a table.\n\n"
     "Exit codes: 0 success; 2 usage (unknown protocol, index or index parameter; a file that is "
-    "not .npz, .npy or a Parquet folder; a --seed outside 0 .. 2**32 - 1); 3 a file or the "
+    "not .npz, .npy or a Parquet folder; a --seed outside 0 .. 2**32 - 1; a query blend without "
+    "--old-query, or --old-query without one); 3 a file or the "
     "adapter is missing; 4 bad input (unreadable archive, missing key, empty array, NaN or "
     "inf, non-integer labels, rows and labels of different lengths, an input that is not a "
     "regular file, query and gallery of different dimensions without --dim-mismatch, an "
     "adapter whose weights fail their sha256, whose widths are not the query rows' and the "
-    "gallery's, or whose card names other versions or weights than the files record); 7 the adapter was refused when it was fitted (nothing scored).\n\n"
+    "gallery's, or whose card names other versions or weights than the files record; an "
+    "--old-query file whose width is not the blend's old side, that lacks a query's id, or "
+    "without ids has another row count than the queries); 7 the adapter or blend was refused "
+    "when it was fitted (nothing scored).\n\n"
     "Different dimensions: --dim-mismatch truncate scores the first d coordinates of the wider "
     "rows (BCT's convention for a new model wider than the old one), truncating before "
     "L2-normalising; --dim-mismatch pad zero-pads the narrower rows."
@@ -116,29 +126,26 @@ def score(
     query_adapter: Path | None = typer.Option(
         None,
         "--query-adapter",
-        help="Map the query rows with this adapter folder (compat adapt) before scoring.",
+        help="Map the query rows with this adapter or query blend folder (compat adapt) before "
+        "scoring.",
     ),
     allow_refused: bool = typer.Option(
         False, "--allow-refused", help="Apply a query adapter even if its check refused it."
     ),
+    old_query: Path | None = typer.Option(
+        None,
+        "--old-query",
+        help="With a query-blend map: the old model's embeddings of the same queries (any "
+        "--query format; matched by ids, else row for row).",
+    ),
 ) -> None:
     with exit_on_error():
         check_bootstrap_options(seed=seed)  # the verification pairs' seed, before any work
-        adapter = None
-        if query_adapter is not None:
-            from compat.maps import open_map
+        from compat.cli.score_queries import open_query_map
 
-            adapter = open_map(query_adapter)  # missing: 3; changed weights: 4
-            # A gallery map (psi's or not) maps stored rows, not queries: exit 4. Its refusal is
-            # this command's to report (exit 7), below.
-            adapter.check_serves("query-adapter", allow_refused=True)
-            if adapter.refused is not None and not allow_refused:
-                print(
-                    f"error: {query_adapter}: refused when it was fitted ({adapter.refused}); "
-                    "nothing scored (exit 7; --allow-refused applies it anyway)",
-                    file=sys.stderr,
-                )
-                raise typer.Exit(NOTHING_DONE)
+        # missing: 3; changed weights or a gallery map: 4; a blend without --old-query: 2;
+        # refused when fitted: 7 unless --allow-refused
+        adapter = open_query_map(query_adapter, old_query, allow_refused)
         spec = None
         if index is not None:
             from compat.embeddings.ann import parse_index
@@ -147,6 +154,7 @@ def score(
         flat, notes, counts, groups = _score(
             query, gallery, protocol or None, normalize, max_pairs, seed, device,
             dim_mismatch.value if dim_mismatch is not None else None, spec, recall_k, adapter,
+            old_query,
         )  # fmt: skip
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
@@ -204,6 +212,7 @@ def _score(
     spec=None,
     recall_k: int = 10,
     adapter=None,
+    old_query: Path | None = None,
 ) -> tuple[dict, list[str], dict[str, dict[str, int]], dict[str, dict]]:
     import numpy as np
 
@@ -220,6 +229,8 @@ def _score(
 
         if dim_mismatch is not None:
             raise UsageError("--dim-mismatch: a table gallery's queries meet each column's width")
+        if old_query is not None:
+            raise UsageError("--old-query: a query blend scores a file gallery, not a table")
         t = score_table(
             query_path, gallery_path, adapter=adapter,
             normalize=_normalized if normalize else (lambda x, _path: x),
@@ -233,7 +244,7 @@ def _score(
         )
     else:
         q_emb, g_emb, q_labels, g_labels, q_ids, g_ids = _file_rows(
-            query_path, gallery_path, normalize, dim_mismatch, adapter, notes
+            query_path, gallery_path, normalize, dim_mismatch, adapter, notes, old_query
         )
     if not normalize:
         from compat.models.norms import products_overflow
@@ -281,9 +292,9 @@ def _score(
     return flat, notes, counts, groups
 
 
-def _file_rows(query_path, gallery_path, normalize, dim_mismatch, adapter, notes):
-    """Query and gallery rows of two files (normalised, widths met, the adapter applied), with
-    labels and ids."""
+def _file_rows(query_path, gallery_path, normalize, dim_mismatch, adapter, notes, old_query=None):
+    """Query and gallery rows of two files (normalised, widths met, the adapter applied or the
+    blend served: :mod:`compat.cli.score_queries`), with labels and ids."""
     from compat.embeddings.reader import load_gallery
     from compat.errors import BadInputError
 
@@ -291,22 +302,13 @@ def _file_rows(query_path, gallery_path, normalize, dim_mismatch, adapter, notes
     g = load_gallery(gallery_path)
     q_raw, g_raw = q.embeddings, g.embeddings
     if adapter is not None:
-        from compat.maps.space import Joins
+        from compat.cli.score_queries import served_queries
 
-        # The one check of a served map (the gate's and backfill's): the versions and weights
-        # its card records against the files' own (each fact a file does not record: skipped).
-        adapter.check_serves(
-            "query-adapter", q.dim, str(query_path), None if dim_mismatch else g.dim,
-            allow_refused=True,
-            joins=Joins(source=q.version, target=g.version, from_weights=made_by(q.meta),
-                        to_weights=made_by(g.meta), weights_origin="the files' meta records",
-                        wanted=f"not {q.version or query_path} -> {g.version or gallery_path}"),
-        )  # fmt: skip
-        q_raw = adapter.apply(q_raw)  # unit rows in the adapter's output space
-        notes.append(
-            f"query rows mapped by the {adapter.kind} adapter {adapter.folder} "
-            f"({adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim})"
+        # unit rows in the map's output space (checked against the files' versions and weights)
+        q_raw, note = served_queries(
+            adapter, q, query_path, g, gallery_path, dim_mismatch, old_query
         )
+        notes.append(note)
     if q_raw.shape[1] != g_raw.shape[1]:  # after the adapter: its output meets the gallery
         if dim_mismatch is None:
             raise BadInputError(
@@ -320,15 +322,6 @@ def _file_rows(query_path, gallery_path, normalize, dim_mismatch, adapter, notes
     q_emb = _normalized(q_raw, query_path) if normalize else q_raw
     g_emb = _normalized(g_raw, gallery_path) if normalize else g_raw
     return q_emb, g_emb, q.labels, g.labels, q.ids, g.ids
-
-
-def made_by(meta: dict) -> str | None:
-    """The weights digest a gallery file's meta says made its rows (``compat embed``'s
-    ``weights_sha256``, the embedding cache's ``cache_key``), else None."""
-    key = meta.get("cache_key") if isinstance(meta, dict) else None
-    found = key.get("weights_sha256") if isinstance(key, dict) else None
-    found = found or (meta.get("weights_sha256") if isinstance(meta, dict) else None)
-    return found if isinstance(found, str) else None
 
 
 def _index_recall(spec, q_emb, g_emb, k: int, device: str) -> tuple[dict, list[str]]:
