@@ -28,8 +28,10 @@ rewrites, is :mod:`compat.embeddings.table_fill`. This module is the backfill ar
 * **Engines**: ``local`` runs the fragments one after another here; ``ray`` runs each fragment as
   a Ray task that reads its rows, runs the map and writes the fragment's file itself, the commit
   staying at the driver (:func:`compat.backfill.engines.make_tasks`). Ray Data's ``write_lance``
-  only creates, appends or overwrites whole rows, so it cannot add a column in place
-  (docs/findings.md, "LanceDB galleries").
+  only creates, appends or overwrites whole rows, so it cannot add a column in place, and each
+  task reads its own fragment rather than through ``read_lance`` (LanceDB's ``lance-ray``
+  package adds columns with the same per-fragment task pool; docs/findings.md, "LanceDB
+  galleries").
 
 A refused psi upgrades nothing and writes nothing (the caller exits 7), as for files.
 """
