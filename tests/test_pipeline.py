@@ -1,6 +1,6 @@
 """dvc.yaml and params.yaml name the same versions (docs/design.md: one name four times).
 
-Checked for the default pipeline at the root and experiments/adapters; experiments/bict (the lambda sweep: one train,
+Checked for the default pipeline at the root, experiments/adapters and experiments/glyphs; experiments/bict (the lambda sweep: one train,
 upgrade and evaluate stage per point, foreach) is checked the same way by tests/test_bict.py.
 """
 
@@ -18,7 +18,11 @@ import yaml
 from compat.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
-PIPELINES = {"root": (REPO, ""), "adapters": (REPO / "experiments" / "adapters", "../../")}
+PIPELINES = {
+    "root": (REPO, ""),
+    "adapters": (REPO / "experiments" / "adapters", "../../"),
+    "glyphs": (REPO / "experiments" / "glyphs", "../../"),
+}
 pipelines = pytest.mark.parametrize("pipeline", list(PIPELINES))
 
 
