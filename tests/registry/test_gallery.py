@@ -215,3 +215,34 @@ def test_mapped_rows_pass_only_through_the_map_the_gate_measured(project):
     assert r.exit_code == 0, r.output
     logged = Registry().ledger().promotions()[-1]["gallery"]
     assert logged["rows"] == {"v1": 30, "v2": 30} and logged["mapped"] == {"v2": sha}
+
+
+def test_the_first_version_promoted_with_its_gallery_records_it_and_refuses_other_rows(project):
+    """A root version (no parent) opens production with its table: the table's rows are all its
+    own, recorded and tagged; rows of any other version, or rows a map moved into it, are refused
+    before production is set (a root has no parent to map from and no criteria to measure)."""
+    project.contract("v1")
+    bundle = project.bundle("v1", project.embeddings(1.5, 1))
+    assert cli("register", "v1", "--embeddings", bundle).exit_code == 0
+    psi = {"kind": "map", "from": "v0", "path": "models/v1/upgrade", "weights_sha256": "b" * 64}
+    mapped = _table(project.root / "m.lance", {"v1": (range(N), [psi])})
+    r = cli("promote", "v1", "--bootstrap", "0", "--gallery", mapped)
+    assert r.exit_code == 4
+    assert "vec_v1 (60 of 60 rows): rows a map moved into v1, which has no parent to map from" in (
+        " ".join(r.stderr.split())
+    )
+    assert Registry().production() is None and not lance.dataset(mapped).tags.list()
+
+    path = _table(project.root / "g.lance", {"v1": (range(N), EMBEDDED)})
+    version = lance.dataset(path).version
+    r = cli("promote", "v1", "--bootstrap", "0", "--gallery", path)
+    assert r.exit_code == 0, r.output
+    assert Registry().production() == "v1"
+    entry = Registry().ledger().promotions()[-1]
+    assert entry["gallery"] == {
+        "path": str(path.resolve()), "table_version": version, "column": "vec_v1",
+        "rows": {"v1": N}, "mapped": {}, "tag": f"compat-v1-t{version}",
+    }  # fmt: skip
+    assert f"compat-v1-t{version}" in lance.dataset(path).tags.list()
+    ok = cli("verify")
+    assert ok.exit_code == 0, ok.output
