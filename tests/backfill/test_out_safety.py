@@ -178,7 +178,10 @@ def _slow(root: Path, out: Path, gallery: str = "g.npz") -> list[str]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("other_input", [False, True])
+@pytest.mark.parametrize(
+    "other_input",
+    [False, pytest.param(True, marks=pytest.mark.slow)],  # ~12 s each: real processes
+)
 def test_two_backfills_into_one_out_the_second_exits_6_and_leaves_nothing(
     tmp_path, kit, other_input
 ):

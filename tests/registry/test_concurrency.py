@@ -137,6 +137,7 @@ def test_concurrent_registrations_of_one_name_create_one_version(project):
     assert len(_registered("v4")) == 1  # before issue 31: MLflow versions 1 and 2, both "v4"
 
 
+@pytest.mark.slow  # ~10 s: the same-weights race above stays in the default run
 def test_concurrent_registrations_of_one_name_with_other_weights(project):
     project.contract("v4")
     first = project.bundle("v4", project.embeddings(0.8, 4))

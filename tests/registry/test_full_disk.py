@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from compat.embeddings.bundle import EmbeddingBundle, save_bundle
 
@@ -20,6 +21,7 @@ def _compat(root: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
+@pytest.mark.slow  # ~13 s: a real 6 MB file system (the default run fills a real disk in tests/backfill/test_out_safety.py)
 def test_a_promotion_on_a_full_registry_disk_is_one_line(tmp_path, small_disk):
     disk = small_disk("6m")
     root = tmp_path / "project"

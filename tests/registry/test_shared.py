@@ -111,6 +111,7 @@ def test_eight_copies_race_one_promotion(shared, project, tmp_path_factory, monk
     assert cli("verify").exit_code == 0
 
 
+@pytest.mark.slow  # ~30-45 s: three processes gate two candidates on one server (the default run races registrations on it; tests/registry/test_concurrency.py races promotions on one machine)
 def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
     _chain(project)
     project.register("v3a", parent="v2", noise=0.5, seed=3)
@@ -160,6 +161,7 @@ def test_two_copies_race_one_registration(shared, project, tmp_path_factory):
     assert [r.name for r in Registry().versions()] == ["v4"]
 
 
+@pytest.mark.slow  # ~30 s: the server killed and restarted mid-promotion (the default run repairs killed promotions in tests/registry/test_kill_promote.py)
 def test_server_killed_mid_promotion(shared, project, monkeypatch):
     _chain(project)
     project.register("v3", parent="v2", noise=0.5, seed=3)
