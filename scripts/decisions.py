@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = {
     "default pipeline": "metrics",
     "experiments/adapters": "experiments/adapters/metrics",
+    "experiments/glyphs": "experiments/glyphs/metrics",
     "experiments/hard": "experiments/hard/metrics",
 }
 

@@ -22,6 +22,7 @@ worded as the committed run's outcome, beside the spread seen on the other runs 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -459,6 +460,7 @@ def adapters_notes() -> str:
 # --- a model trained elsewhere, from scratch (experiments/adapters) --------------------------
 
 SCRATCH = "experiments/adapters/metrics"
+GLYPHS = "experiments/glyphs/metrics"  # the same tables on printed characters (issue 42 item 2)
 
 
 def _ival(e: dict[str, Any], term: str) -> str:
@@ -472,26 +474,28 @@ def _psi_share(top1: dict[str, Any]) -> float | None:
     return top1["forward"] / bct if "forward" in top1 and bct else None
 
 
-def _scratch_models() -> dict[str, list[str]]:
-    """Each outside model of experiments/adapters with its maps, in the order fitted."""
+def _scratch_models(metrics: str = SCRATCH) -> dict[str, list[str]]:
+    """Each outside model of a pipeline (experiments/adapters by default) with its maps, in the
+    order fitted."""
     out: dict[str, list[str]] = {}
-    for name, entry in _json(f"{SCRATCH}/adapted.json").items():
+    for name, entry in _json(f"{metrics}/adapted.json").items():
         out.setdefault(entry["new"], []).append(name)
     return out
 
 
-def adapters_scratch() -> str:
+def adapters_scratch(metrics: str = SCRATCH) -> str:
     """Models trained from scratch (no tie to v1) served against v1's gallery: raw, through each
-    query adapter, through psi on the gallery; beside BCT's compatible version on that data."""
-    fits = _json(f"{SCRATCH}/adapters.json")
-    cells = _json(f"{SCRATCH}/adapted.json")
+    query adapter, through psi on the gallery; beside BCT's compatible version on that data
+    (``metrics``: the pipeline's metrics folder)."""
+    fits = _json(f"{metrics}/adapters.json")
+    cells = _json(f"{metrics}/adapted.json")
     rows = [
         "| new model | served through | M(served, v1) top-1 [95% interval] | mAP | "
         "minus M(v1, v1), top-1 lower bound | share of BCT's M(v, v1) top-1 | "
         "its check when fitted (top-1 served / baseline, gain bound) | fit s | us/query |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for new, names in _scratch_models().items():
+    for new, names in _scratch_models(metrics).items():
         # The cells every map of one model shares (raw, psi's forward): its first map's entry.
         first = cells[names[0]]["metrics"]["identification"]
         t0, a0 = first["top1"], first["mAP"]
@@ -520,13 +524,13 @@ def adapters_scratch() -> str:
     return "\n".join(rows)
 
 
-def adapters_scratch_notes() -> str:
+def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
     """The reference cells of the scratch table, the target's verdict and the served pairs'
-    partial-backfill curves, from experiments/adapters' committed metrics."""
-    cells = _json(f"{SCRATCH}/adapted.json")
+    partial-backfill curves, from a pipeline's committed metrics (experiments/adapters')."""
+    cells = _json(f"{metrics}/adapted.json")
     out: list[str] = []
     target = 0.95
-    for new, names in _scratch_models().items():
+    for new, names in _scratch_models(metrics).items():
         m = cells[names[0]]["metrics"]["identification"]
         t, a = m["top1"], m["mAP"]
         bct = cells[names[0]]["bct"]
@@ -1095,6 +1099,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "adapters-notes": adapters_notes,
     "adapters-scratch": adapters_scratch,
     "adapters-scratch-notes": adapters_scratch_notes,
+    "glyphs-scratch": functools.partial(adapters_scratch, GLYPHS),
+    "glyphs-scratch-notes": functools.partial(adapters_scratch_notes, GLYPHS),
     "reproduction": reproduction,
     "bict-lambda": bict_lambda,
     "sequence": sequence,
