@@ -101,3 +101,13 @@ def kit():
     return SimpleNamespace(
         unit=unit, trained_bn=trained_bn, make_psi=make_psi, make_gallery=make_gallery
     )
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A real local Ray runtime (one CPU) for a module's engine tests (tests/backfill/test_ray.py,
+    test_table_ray.py; both slow: starting Ray and its workers takes 30-90 s on a busy host)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()

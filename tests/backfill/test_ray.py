@@ -21,13 +21,6 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def test_ray_engine_writes_what_the_local_engine_writes(psi_and_gallery, local_ray):
     root, _, _, before = psi_and_gallery
     folder = root / "shards"

@@ -20,13 +20,6 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def test_ray_engine_fills_the_table_the_local_engine_fills(tmp_path, kit, monkeypatch, local_ray):
     monkeypatch.setattr(table_write, "ROWS_PER_FRAGMENT", 64)
     kit.make_psi(tmp_path / "psi")
