@@ -524,6 +524,19 @@ def adapters_scratch(metrics: str = SCRATCH) -> str:
     return "\n".join(rows)
 
 
+def _psi_verdict(top1: dict[str, Any], target: float) -> str:
+    """psi on the gallery (no query map; the gallery's stored rows rewritten once) against the
+    same target: its share, whether it reaches it and beats M(v1, v1) with its lower bound."""
+    share = _psi_share(top1)
+    bound = (top1.get("forward_minus_old") or {}).get("lower_bound")
+    met = share is not None and share >= target and bound is not None and bound > 0
+    return (
+        f"; psi on the gallery {share:.2f}"
+        + (f" (lower bound {100 * bound:+.1f} over M(v1, v1))" if bound is not None else "")
+        + f": {'met' if met else 'not met'} (the stored rows rewritten once, no query map)."
+    )
+
+
 def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
     """The reference cells of the scratch table, the target's verdict and the served pairs'
     partial-backfill curves, from a pipeline's committed metrics (experiments/adapters')."""
@@ -551,8 +564,8 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
                 f"{100 * bt['adapted_minus_old']['value']:+.1f} top-1 over M(v1, v1) (lower bound "
                 f"{100 * beats:+.1f}), {share:.2f} of BCT's M({bct}, v1) top-1"
                 + (f" (95% interval {low[0]:.2f} to {low[1]:.2f})" if low[0] is not None else "")
-                + f"; target {target:.2f}: {verdict}"
-                + (f"; psi on the gallery {_psi_share(bt):.2f}." if _psi_share(bt) else ".")
+                + f"; target {target:.2f} of it for a query configuration: {verdict}"
+                + (_psi_verdict(bt, target) if _psi_share(bt) else ".")
             )
         if bt.get("curve"):
             curve = ", ".join(pct(p["value"]) for p in bt["curve"])
