@@ -96,14 +96,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"identification top1 {100 * best['served']:.1f} against {100 * best['kept']:.1f} "
                 f"keeping {best['old']}, lower bound " + ("n/a" if lb is None else f"{lb:+.4f}")
             )
+            refused = (
+                f"; refused by their own checks when fitted, so never served: "
+                f"{', '.join(best['refused'])}" if best["refused"] else ""
+            )  # fmt: skip
             if best["passes"]:
                 print(f"evaluate-adapters: {best['new']} on {best['old']}'s gallery: "
                       f"{best['passing']} of {best['configurations']} configurations beat keeping "
-                      f"{best['old']}; best {best['best']} ({numbers})")  # fmt: skip
+                      f"{best['old']}; best {best['best']} ({numbers}){refused}")  # fmt: skip
             else:
                 print(f"evaluate-adapters: {best['new']} on {best['old']}'s gallery: no "
                       f"configuration of {best['configurations']} beats keeping {best['old']}; "
-                      f"closest {best['best']} ({numbers})")  # fmt: skip
+                      f"closest {best['best']} ({numbers}){refused}")  # fmt: skip
         if not adapted:
             print(f"evaluate-adapters: no query adapters in {args.section}.adapters; wrote {{}}")
         return 0

@@ -382,7 +382,9 @@ def best_served(
     """Per pair (new, old) of the entries: the served configuration (adapter or blend) whose
     lower bound of M(served, old) - M(old, old) is highest, whether it passes BCT's criterion,
     and how many configurations were measured; where none passes, it is the one that came
-    closest to beating keeping the old model. Pairs in the entries' order."""
+    closest to beating keeping the old model. ``refused``: the configurations whose map its own
+    check refused when it was fitted (the gate serves none of them, whatever the evaluation
+    classes say), in the entries' order. Pairs in the entries' order."""
     pairs: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     for name, entry in adapted.items():
         e = entry["metrics"].get(protocol, {}).get(metric)
@@ -403,6 +405,7 @@ def best_served(
             "served": e["adapted"], "kept": e["old"], "lower_bound": d.get("lower_bound"),
             "passes": bool(e["passes"]), "configurations": len(found),
             "passing": sum(bool(x["passes"]) for _, x in found),
+            "refused": [n for n, _ in found if (adapted[n].get("map") or {}).get("refused")],
         })  # fmt: skip
     return out
 

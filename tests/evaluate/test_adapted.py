@@ -414,6 +414,11 @@ def test_best_served_names_the_best_or_the_closest_configuration():
     assert (v3["best"], v3["passes"], v3["passing"], v3["configurations"]) == ("b", True, 2, 2)
     assert (v2["best"], v2["passes"], v2["passing"], v2["lower_bound"]) == ("d", False, 0, -0.03)
     assert (v2["served"], v2["kept"]) == (0.54, 0.55)
+    assert v3["refused"] == v2["refused"] == []
+    entries["b"]["map"] = {
+        "refused": "on split:validation ...: the gain's lower bound is not above 0"
+    }
+    assert best_served(entries)[0]["refused"] == ["b"]  # best on evaluation, but never served
 
 
 def test_a_counterpart_sets_a_model_trained_elsewhere_beside_bct_with_bcts_gain():
