@@ -712,6 +712,7 @@ def _train_project(root: Path) -> None:
     )
 
 
+@pytest.mark.slow  # ~9 s: a real training killed and re-run (the default run kills backfills and promotions)
 @pytest.mark.timeout(300)
 def test_a_kill_inside_the_final_weights_save_leaves_nothing_after_the_rerun(in_tmp):
     _train_project(in_tmp)

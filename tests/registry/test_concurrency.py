@@ -29,6 +29,7 @@ def _spawn(args: list[str], cwd: Path) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow  # ~9 s: parallel processes open a fresh registry
 def test_first_use_from_parallel_processes_does_not_race(project):
     """Writers that create the store at once (MLflow's schema migration under the schema lock)
     while readers look: every registration lands, no reader mistakes the store being created

@@ -29,8 +29,14 @@ def cli(*args: str):
     [
         ("torn", "v1", "passed", "a torn last line"),
         ("after-pending", "v1", "passed", "a kill before the alias moved"),
-        ("after-move", "v2", "promoted", "a kill after the alias moved"),
-        ("after-commit", "v2", "promoted", "its compat.status is 'passed'"),
+        pytest.param(
+            *("after-move", "v2", "promoted", "a kill after the alias moved"),
+            marks=pytest.mark.slow,
+        ),  # ~5 s each: real kills
+        pytest.param(
+            *("after-commit", "v2", "promoted", "its compat.status is 'passed'"),
+            marks=pytest.mark.slow,
+        ),  # ~5 s each: real kills
     ],
 )
 def test_a_killed_promotion_is_reported_and_repaired(project, step, production, status, found):

@@ -136,6 +136,7 @@ def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
     assert len(logs[0]) == 3
 
 
+@pytest.mark.slow  # ~13 s: two processes race on the server (tests/registry/test_concurrency.py races registrations on one machine by default)
 def test_two_copies_race_one_registration(shared, project, tmp_path_factory):
     """Two machines register one name at once: the advisory lock makes one MLflow version
     (each copy's registry/ folder is its own, so no file lock could serialise them)."""

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 GX = Path("gx")
 
@@ -35,6 +37,7 @@ def _run(stage: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # ~12 s: both stages on the embedded data (the default run drives them through DVC in tests/stages/test_own_images.py)
 def test_data_then_split(tmp_path: Path):
     (tmp_path / "params.yaml").write_text(PARAMS.format(cache=tmp_path / "cache"))
     r = _run("data", tmp_path)

@@ -36,6 +36,7 @@ def _flat(folder: Path) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+@pytest.mark.slow  # ~8 s: two real gloo processes
 @pytest.mark.timeout(300)
 def test_two_gloo_processes_match_one(tmp_path, monkeypatch):
     make_project(tmp_path, {"train": {"v1": CFG}}, per_class=16)
