@@ -4,7 +4,8 @@ Issue 42 item 2 asks for "a real-image folder of your own making where no config
 keeping v1": the promotion gate must refuse every served configuration of a model trained
 elsewhere on it (query adapters, query blend, psi backfill) and say which came closest. There is
 no dataset to download, so this script makes one, the same on every machine with the locked
-matplotlib and Pillow: printed characters rendered from the TrueType fonts that ship inside
+matplotlib, Pillow and fontTools and the same Python (whose ``unicodedata`` version picks the
+character categories): printed characters rendered from the TrueType fonts that ship inside
 matplotlib (``matplotlib/mpl-data/fonts/ttf``), never from the system's fonts (they differ by
 machine).
 

@@ -524,6 +524,13 @@ def adapters_scratch(metrics: str = SCRATCH) -> str:
     return "\n".join(rows)
 
 
+def _bound_of(entry: dict[str, Any]) -> float:
+    """An adapted entry's top-1 lower bound over M(v1, v1) (its value where no bound)."""
+    d = entry["metrics"]["identification"]["top1"]["adapted_minus_old"]
+    v = d.get("lower_bound", d.get("value"))
+    return -math.inf if v is None else float(v)
+
+
 def _psi_verdict(top1: dict[str, Any], target: float) -> str:
     """psi on the gallery (no query map; the gallery's stored rows rewritten once) against the
     same target: its share, whether it reaches it and beats M(v1, v1) with its lower bound."""
@@ -552,26 +559,37 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
             f"{pair(t.get('bct'), a.get('bct'))}, a full re-embedding M({new}, {new}) "
             f"{pair(t['self'], a['self'])}."
         )
-        best = max(names, key=lambda n: cells[n]["metrics"]["identification"]["top1"]["adapted"])
+        # The configurations compat may serve: kept by their own check when fitted (the gate
+        # serves no refused map), ranked as evaluate-adapters ranks them (best_served: the lower
+        # bound over M(v1, v1)); where every map was refused, the closest on that bound is named.
+        fits = _json(f"{metrics}/adapters.json")
+        kept = [n for n in names if not (fits.get(n) or {}).get("refused")]
+        best = max(kept or names, key=lambda n: _bound_of(cells[n]))
         bt = cells[best]["metrics"]["identification"]["top1"]
         share = _recovery(bt)
         if share is not None:
-            verdict = "met" if share >= target else "not met"
-            low = (bt.get("recovery") or {}).get("interval") or [None]
             beats = bt["adapted_minus_old"]["lower_bound"]
+            met = bool(kept) and share >= target and beats is not None and beats > 0
+            low = (bt.get("recovery") or {}).get("interval") or [None]
+            head = (
+                f"Its best served configuration ({best})" if kept else
+                f"Every query configuration was refused by its own check when fitted, so none is "
+                f"served; the closest ({best})"
+            )  # fmt: skip
             out.append(
-                f"Its best served configuration ({best}): "
-                f"{100 * bt['adapted_minus_old']['value']:+.1f} top-1 over M(v1, v1) (lower bound "
-                f"{100 * beats:+.1f}), {share:.2f} of BCT's M({bct}, v1) top-1"
+                f"{head}: {100 * bt['adapted_minus_old']['value']:+.1f} top-1 over M(v1, v1) "
+                f"(lower bound {100 * beats:+.1f}), {share:.2f} of BCT's M({bct}, v1) top-1"
                 + (f" (95% interval {low[0]:.2f} to {low[1]:.2f})" if low[0] is not None else "")
-                + f"; target {target:.2f} of it for a query configuration: {verdict}"
+                + f"; target (beat M(v1, v1) with its lower bound and reach {target:.2f} of it) "
+                f"for a query configuration: {'met' if met else 'not met'}"
                 + (_psi_verdict(bt, target) if _psi_share(bt) else ".")
             )
         if bt.get("curve"):
             curve = ", ".join(pct(p["value"]) for p in bt["curve"])
+            how = f"Served through {best}" if kept else f"Through {best}, were it served,"
             out.append(
-                f"Served through {best} while psi upgrades v1's gallery (top-1 at 0, 25, 50, 75 "
-                f"and 100% upgraded): {curve}."
+                f"{how} while psi upgrades v1's gallery (top-1 at 0, 25, 50, 75 and 100% "
+                f"upgraded): {curve}."
             )
     return "\n".join(_wrap(" ".join(out)))
 

@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             if best["passes"]:
                 print(f"evaluate-adapters: {best['new']} on {best['old']}'s gallery: "
                       f"{best['passing']} of {best['configurations']} configurations beat keeping "
-                      f"{best['old']}; best {best['best']} ({numbers}){refused}")  # fmt: skip
+                      f"{best['old']} on the evaluation classes, {best['servable_passing']} of "
+                      f"them kept by their own checks (servable); best {best['best']} "
+                      f"({numbers}){refused}")  # fmt: skip
             else:
                 print(f"evaluate-adapters: {best['new']} on {best['old']}'s gallery: no "
                       f"configuration of {best['configurations']} beats keeping {best['old']}; "

@@ -63,7 +63,7 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
 
 
-@pytest.mark.slow  # ~30-60 s: trains three tiny versions through every stage (the slow CI job; the default run trains through the stages in tests/stages/test_own_images.py)
+@pytest.mark.slow  # ~30-60 s: trains three tiny versions through every stage (the slow CI job; by default tests/stages/test_own_images.py trains and evaluates through the stages, tests/train trains BCT against a parent, tests/registry gates)
 def test_pipeline_then_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "params.yaml").write_text(PARAMS.format(cache=tmp_path / "render-cache"))
     for stage in (

@@ -130,7 +130,9 @@ def score(
         "scoring.",
     ),
     allow_refused: bool = typer.Option(
-        False, "--allow-refused", help="Apply a query adapter even if its check refused it."
+        False,
+        "--allow-refused",
+        help="Apply a query adapter or blend even if its check refused it.",
     ),
     old_query: Path | None = typer.Option(
         None,

@@ -376,6 +376,11 @@ def _metric_entry(comparison: Comparison, metric: str) -> dict[str, Any]:
     return e
 
 
+def _refused(entry: Mapping[str, Any]) -> bool:
+    """Whether the entry's map was refused by its own check when it was fitted."""
+    return bool((entry.get("map") or {}).get("refused"))
+
+
 def best_served(
     adapted: Mapping[str, Any], protocol: str = "identification", metric: str = "top1"
 ) -> list[dict[str, Any]]:
@@ -384,7 +389,8 @@ def best_served(
     and how many configurations were measured; where none passes, it is the one that came
     closest to beating keeping the old model. ``refused``: the configurations whose map its own
     check refused when it was fitted (the gate serves none of them, whatever the evaluation
-    classes say), in the entries' order. Pairs in the entries' order."""
+    classes say), in the entries' order; ``servable_passing``: how many of those that pass were
+    not refused. Pairs in the entries' order."""
     pairs: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     for name, entry in adapted.items():
         e = entry["metrics"].get(protocol, {}).get(metric)
@@ -405,7 +411,8 @@ def best_served(
             "served": e["adapted"], "kept": e["old"], "lower_bound": d.get("lower_bound"),
             "passes": bool(e["passes"]), "configurations": len(found),
             "passing": sum(bool(x["passes"]) for _, x in found),
-            "refused": [n for n, _ in found if (adapted[n].get("map") or {}).get("refused")],
+            "refused": (refused := [n for n, _ in found if _refused(adapted[n])]),
+            "servable_passing": sum(bool(x["passes"]) for n, x in found if n not in refused),
         })  # fmt: skip
     return out
 

@@ -418,7 +418,9 @@ def test_best_served_names_the_best_or_the_closest_configuration():
     entries["b"]["map"] = {
         "refused": "on split:validation ...: the gain's lower bound is not above 0"
     }
-    assert best_served(entries)[0]["refused"] == ["b"]  # best on evaluation, but never served
+    v3 = best_served(entries)[0]
+    assert v3["refused"] == ["b"]  # best on evaluation, but never served
+    assert (v3["passing"], v3["servable_passing"]) == (2, 1)
 
 
 def test_a_counterpart_sets_a_model_trained_elsewhere_beside_bct_with_bcts_gain():

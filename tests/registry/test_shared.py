@@ -79,8 +79,9 @@ def _chain(project):
     assert r.exit_code == 0, r.output
 
 
-# The default run races three copies on the server (test_two_candidates_race); eight copies of
-# one promotion, each a process importing compat and MLflow, are the long check.
+# The default run races two copies' registrations on the server
+# (test_two_copies_race_one_registration); three copies gating two candidates and eight copies of
+# one promotion, each a process importing compat and MLflow, are the long checks.
 @pytest.mark.slow
 def test_eight_copies_race_one_promotion(shared, project, tmp_path_factory, monkeypatch):
     _chain(project)
@@ -111,7 +112,7 @@ def test_eight_copies_race_one_promotion(shared, project, tmp_path_factory, monk
     assert cli("verify").exit_code == 0
 
 
-@pytest.mark.slow  # ~30-45 s: three processes gate two candidates on one server (the default run races registrations on it; tests/registry/test_concurrency.py races promotions on one machine)
+@pytest.mark.slow  # ~30-45 s: three processes gate two candidates on one server (the default run races registrations on it, and promotions on one machine in tests/registry/test_concurrency.py)
 def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
     _chain(project)
     project.register("v3a", parent="v2", noise=0.5, seed=3)
@@ -136,7 +137,6 @@ def test_two_candidates_race(shared, project, tmp_path_factory, monkeypatch):
     assert len(logs[0]) == 3
 
 
-@pytest.mark.slow  # ~13 s: two processes race on the server (tests/registry/test_concurrency.py races registrations on one machine by default)
 def test_two_copies_race_one_registration(shared, project, tmp_path_factory):
     """Two machines register one name at once: the advisory lock makes one MLflow version
     (each copy's registry/ folder is its own, so no file lock could serialise them)."""

@@ -37,7 +37,7 @@ def _run(stage: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow  # ~12 s: both stages on the embedded data (the default run drives them through DVC in tests/stages/test_own_images.py)
+@pytest.mark.slow  # ~12 s: both stages on the embedded data (the default run runs both stages on a folder source in tests/stages/test_own_images.py)
 def test_data_then_split(tmp_path: Path):
     (tmp_path / "params.yaml").write_text(PARAMS.format(cache=tmp_path / "cache"))
     r = _run("data", tmp_path)
