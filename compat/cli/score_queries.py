@@ -115,8 +115,8 @@ def old_rows(
 ) -> np.ndarray:
     """The old model's rows of the ``n`` queries (named ``ids``) from ``path`` (any format
     ``--query`` takes; labels not needed), in the queries' order: by id when both files carry
-    ids (each query id must be there), else row for row (as many rows). Exit 4 naming the file
-    otherwise, or when its width is not the blend's old side or the versions and weights it
+    ids (each query id must be there, once), else row for row (as many rows). Exit 4 naming the
+    file otherwise, or when its width is not the blend's old side or the versions and weights it
     records are not the ones the blend's card names."""
     from compat.embeddings.reader import GalleryReader
     from compat.maps.space import Joins
@@ -139,7 +139,12 @@ def old_rows(
     if ids is not None and old_ids is not None:
         position: dict[str, int] = {}
         for i, item in enumerate(old_ids):
-            position.setdefault(item, i)
+            if item in position:  # which of two rows is the query's old embedding: unknowable
+                raise BadInputError(
+                    f"{path}: ids: {item!r} names rows {position[item]} and {i} (the old "
+                    "model's embeddings of the queries are matched by id: one row each)"
+                )
+            position[item] = i
         missing = next((item for item in ids if str(item) not in position), None)
         if missing is not None:
             raise BadInputError(

@@ -127,6 +127,9 @@ def test_old_query_bad_input_exit_4_and_missing_exit_3(blend, tmp_path):
     r = _score(blend, "--old-query", narrow)
     assert r.exit_code == 4 and "narrow.npz" in r.stderr
     assert "16-dim" in r.stderr and "32-dim" in r.stderr
+    twice = _npz(tmp_path / "twice.npz", blend["old"], ids=[ids[0], *ids[:-1]])
+    r = _score(blend, "--old-query", twice)
+    assert r.exit_code == 4 and "twice.npz: ids: 'q0600' names rows 0 and 1" in r.stderr
     r = _score(blend, "--old-query", str(tmp_path / "none.npz"))
     assert r.exit_code == 3 and "none.npz" in r.stderr
 
