@@ -33,7 +33,8 @@ machine).
 
 Output: ``OUT/U+XXXX/NNN.png`` (a data source ``data: {kind: folder, root: OUT}`` reads one
 sub-folder per class) and ``OUT/glyphs.json`` (the fonts, versions and each class's character
-and Unicode name; a folder source reads only the sub-folders). The folder is built beside OUT
+and Unicode name, and the Unicode version that chose them; a folder source reads only the
+sub-folders). The folder is built beside OUT
 and swapped in whole (``compat.outputs.new_folder``); an existing non-empty OUT is refused (exit
 2) unless ``--force``. The same arguments give the same bytes.
 
@@ -209,6 +210,7 @@ def make_folder(out: Path, classes: int, per_class: int, seed: int, size: int) -
     """Render the folder into ``out`` (built beside it, swapped in whole); returns its index."""
     import io
 
+    import fontTools
     import matplotlib
     import PIL
     from PIL import Image, features
@@ -226,6 +228,8 @@ def make_folder(out: Path, classes: int, per_class: int, seed: int, size: int) -
         "matplotlib": matplotlib.__version__,
         "pillow": PIL.__version__,
         "freetype": features.version("freetype2"),
+        "fonttools": fontTools.version,
+        "unicodedata": unicodedata.unidata_version,  # picks the characters' categories
         "characters": {
             class_name(cp): [chr(cp), unicodedata.name(chr(cp), "")] for cp in codepoints
         },
