@@ -66,8 +66,9 @@ HELP = (
     "by ids when both files carry them (every query id must be there), else row for row. Each "
     "served query is the point at the blend's weight w on the arc from the old model's own "
     "query to the adapted new one (SLERP; w on the blend's card), as the gate serves it. Its "
-    "sha256, card and refusal are checked as an adapter's; a blend scores file galleries, not "
-    "a table.\n\n"
+    "sha256, card and refusal are checked as an adapter's. On a table gallery the blended "
+    "queries search the blend's old version's rows (on a partially backfilled table, the "
+    "older rows, before a query table's vec_<older> column).\n\n"
     "Exit codes: 0 success; 2 usage (unknown protocol, index or index parameter; a file that is "
     "not .npz, .npy or a Parquet folder; a --seed outside 0 .. 2**32 - 1; a query blend without "
     "--old-query, or --old-query without one); 3 a file or the "
@@ -232,10 +233,15 @@ def _score(
 
         if dim_mismatch is not None:
             raise UsageError("--dim-mismatch: a table gallery's queries meet each column's width")
-        if old_query is not None:
-            raise UsageError("--old-query: a query blend scores a file gallery, not a table")
+        blend = None
+        if old_query is not None:  # a blend: its queries where the adapter's would be
+            from functools import partial
+
+            from compat.cli.score_queries import blend_queries
+
+            blend = partial(blend_queries, adapter, query_path=query_path, old_query=old_query)
         t = score_table(
-            query_path, gallery_path, adapter=adapter,
+            query_path, gallery_path, adapter=adapter, blend=blend,
             normalize=_normalized if normalize else (lambda x, _path: x),
         )  # fmt: skip
         q_emb, g_emb, notes = t.query, t.gallery, list(t.notes)

@@ -101,13 +101,25 @@ def served_queries(
         note = f"query rows mapped by the {adapter.kind} adapter {adapter.folder} ({how})"
         return adapter.apply(q.embeddings), note
     assert old_query is not None  # open_query_map: a blend without --old-query is exit 2
-    old = old_rows(adapter, old_query, q.ids, len(q.embeddings), query_path)
-    weight = adapter.card.blend.weight
+    rows, blended = blend_queries(adapter, q.embeddings, q.ids, query_path, old_query)
+    return rows, f"queries {blended}"
+
+
+def blend_queries(
+    adapter: Any, new_rows: np.ndarray, ids: list[str] | None, query_path: Path, old_query: Path
+) -> tuple[np.ndarray, str]:
+    """A query blend's served queries: the new model's ``new_rows`` (named ``ids``) adapted and
+    SLERPed with the old model's own rows of the same queries from ``old_query``
+    (:func:`old_rows`), through :meth:`compat.maps.store.Map.queries`; and what they are (for
+    the note). A file gallery's queries and a table gallery's older-space ones
+    (:func:`compat.embeddings.table_search.score_table`) are both served here."""
+    old = old_rows(adapter, old_query, ids, len(new_rows), query_path)
+    how = f"{adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim}"
     note = (
-        f"queries blended (weight {weight:g}) by the {adapter.kind} query blend "
+        f"blended (weight {adapter.card.blend.weight:g}) by the {adapter.kind} query blend "
         f"{adapter.folder} ({how}): the adapted query and the old model's own from {old_query}"
     )
-    return adapter.queries(q.embeddings, old), note
+    return adapter.queries(new_rows, old), note
 
 
 def old_rows(
@@ -160,4 +172,11 @@ def old_rows(
     return rows
 
 
-__all__ = ["made_by", "old_rows", "open_query_map", "served_queries", "served_role"]
+__all__ = [
+    "blend_queries",
+    "made_by",
+    "old_rows",
+    "open_query_map",
+    "served_queries",
+    "served_role",
+]

@@ -13,8 +13,11 @@ inner products of widened rows, so every protocol and ``--index`` runs on them u
 Which queries score the older rows, in order: the query table's column of that version (the
 queries embedded by the old model: rule 1 of :mod:`compat.embeddings.mixed`); a query adapter
 whose ``to`` is that version, applied to the reference queries (a model trained elsewhere,
-Drift-Adapter's direction); else the reference queries themselves (a backward-compatible new
-version queries the old rows as they are, BCT), which must then share the older rows' width.
+Drift-Adapter's direction), or a query blend's queries (those adapted queries SLERPed with the
+old model's own rows of the same queries, ``--old-query``; issue 42), which come before the
+query table's column (the blend was asked for); else the reference queries themselves (a
+backward-compatible new version queries the old rows as they are, BCT), which must then share
+the older rows' width. A table of one version is searched with the queries mapped likewise.
 The group moments are measured on the rows that hold both columns (an in-place backfill keeps
 the old vector of every row it upgrades): the same items in both spaces, so a map that changes
 nothing changes no score; without two such rows, on each group's own rows.
@@ -26,6 +29,7 @@ the older one (psi is one-way), are bad input (exit 4) naming the table and the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,11 +91,20 @@ def _queries(path: Path, version: str) -> tuple[np.ndarray | None, str | None, A
     return b.embeddings, str(path), (b, b.labels, b.ids)
 
 
+Blend = Callable[[np.ndarray, list[str] | None], tuple[np.ndarray, str]]
+
+
 def _check_adapter(
-    adapter: Any, table: Any, source: str | None, target: str, in_dim: int, rows_of: str
+    adapter: Any,
+    table: Any,
+    source: str | None,
+    target: str,
+    in_dim: int,
+    rows_of: str,
+    blend: Blend | None,
 ) -> None:
-    """The query adapter against the versions it serves here and the weights the table's
-    columns record (:meth:`compat.maps.space.SpaceMap.check_serves`, the one check of a served
+    """The query adapter (or blend) against the versions it serves here and the weights the
+    table's columns record (:meth:`compat.maps.space.SpaceMap.check_serves`, the one check of a served
     map); its refusal is ``compat score``'s to report."""
     from compat.models.card import Joins
 
@@ -100,7 +113,7 @@ def _check_adapter(
         return None if col is None else col.weights_sha256
 
     adapter.check_serves(
-        "query-adapter", in_dim, rows_of, allow_refused=True,
+        "query-adapter" if blend is None else "query-blend", in_dim, rows_of, allow_refused=True,
         joins=Joins(source=source, target=target, from_weights=weights(source),
                     to_weights=weights(target), weights_origin="the table's columns record",
                     wanted=f"the rows it searches here are {target}'s"),
@@ -113,10 +126,13 @@ def score_table(
     *,
     normalize: Any,
     adapter: Any = None,
+    blend: Blend | None = None,
 ) -> Scored:
     """Query and gallery rows for ``compat score`` on a table gallery (module docstring).
     ``normalize(x, path)`` L2-normalises rows (or is the identity for ``--no-normalize``);
-    ``adapter`` is an opened query adapter (:class:`compat.maps.space.SpaceMap`) or None."""
+    ``adapter`` is an opened query adapter or blend (:class:`compat.maps.space.SpaceMap`) or
+    None. A blend comes with ``blend(new_rows, ids)``: its served queries and what they are
+    (:func:`compat.cli.score_queries.blend_queries`)."""
     query, gallery = Path(query), Path(gallery)
     table = open_table(gallery)
     g_labels = table.labels()
@@ -136,11 +152,8 @@ def score_table(
         if q_ref is None:  # a cross test: the queries' own version on this gallery's rows
             q_ref, ref_from = _one_version(query)
         if adapter is not None:
-            _check_adapter(adapter, table, None, ref, q_ref.shape[1], str(query))
-            q_ref, ref_from = (
-                adapter.apply(q_ref),
-                f"{ref_from} through the adapter {adapter.folder}",
-            )
+            _check_adapter(adapter, table, None, ref, q_ref.shape[1], str(query), blend)
+            q_ref, ref_from = _mapped(adapter, blend, q_ref, _list(q_ids), ref_from)
         g = normalize(_rows(table, ref), gallery)
         q = normalize(q_ref, query)
         note = f"gallery {gallery}: every row served from {column_for(ref)}; queries {ref_from}"
@@ -153,14 +166,13 @@ def score_table(
             f"need queries in {ref}'s space (a map to {ref} is one-way)"
         )
     is_ref = served == ref
-    q_old, old_from, _ = _queries(query, old) if is_table(query) else (None, None, None)
+    q_old, old_from, _ = (
+        _queries(query, old) if is_table(query) and blend is None else (None, None, None)
+    )
     if adapter is not None:  # it maps ref's queries onto the rows not yet in ref: old's
-        _check_adapter(adapter, table, ref, old, q_ref.shape[1], str(query))
+        _check_adapter(adapter, table, ref, old, q_ref.shape[1], str(query), blend)
     if q_old is None and adapter is not None:
-        q_old, old_from = (
-            adapter.apply(q_ref),
-            f"{ref} queries through the adapter {adapter.folder}",
-        )
+        q_old, old_from = _mapped(adapter, blend, q_ref, _list(q_ids), f"{ref} queries")
     if q_old is None:
         q_old, old_from = q_ref, f"{ref} queries (backward compatible)"
     ref_rows, old_rows = _rows(table, ref, is_ref), _rows(table, old, ~is_ref)
@@ -192,6 +204,17 @@ def score_table(
     groups = {ref: {"rows": n_ref, "queries": ref_from},
               old: {"rows": table.n - n_ref, "queries": old_from}}  # fmt: skip
     return Scored(q, q_labels, _list(q_ids), g, g_labels, ids, [note], groups)
+
+
+def _mapped(
+    adapter: Any, blend: Blend | None, rows: np.ndarray, ids: list[str] | None, rows_from: str
+) -> tuple[np.ndarray, str]:
+    """The new queries ``rows`` mapped into the adapter's ``to`` space: adapted, or the blend's
+    served queries; and where they came from."""
+    if blend is None:
+        return adapter.apply(rows), f"{rows_from} through the adapter {adapter.folder}"
+    served, how = blend(rows, ids)
+    return served, f"{rows_from} {how}"
 
 
 def _normalized_where(x: np.ndarray, rows: np.ndarray, normalize: Any, path: Path) -> np.ndarray:

@@ -1,6 +1,7 @@
 """``compat score --query-adapter DIR --old-query FILE`` serving a query blend (issue 42): the
 served queries are slerp(old, adapt(new), w) as the gate serves them, the old model's rows
-matched by id or row for row, and each refusal with its exit code, through typer's runner."""
+matched by id or row for row, on a file gallery and on a LanceDB table gallery (one version, or
+partially backfilled), and each refusal with its exit code, through typer's runner."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from compat.cli.main import app
+from compat.embeddings.bundle import EmbeddingBundle
+from compat.embeddings.mixed import GroupStats, calibrated_two_spaces
+from compat.embeddings.table_write import write_table_embeddings
+from compat.evaluate.protocols import create_protocols, evaluate_sets
 from compat.maps import fit_map, load_map, save_map
 from compat.maps.blend import slerp
 from tests.maps.conftest import drifted_pairs, unit
@@ -153,3 +158,72 @@ def test_a_blend_is_refused_and_its_weights_checked_as_an_adapter(blend, tmp_pat
                             "--query-adapter", str(tmp_path / "changed"),
                             "--old-query", blend["old_by_id"]])  # fmt: skip
     assert r.exit_code == 4 and "sha256" in r.stderr
+
+
+def _table(path: Path, emb, labels, ids, version: str) -> Path:
+    """A version's rows as a LanceDB table (a new one, or that column filled by id)."""
+    write_table_embeddings(path, EmbeddingBundle(emb, labels, ids=list(ids), version=version))
+    return path
+
+
+def _score_json(files, gallery, old_query, *extra: str):
+    r = runner.invoke(app, ["score", "-q", files["query"], "-g", str(gallery), "-p",
+                            "identification", "--query-adapter", str(files["root"] / "blend"),
+                            "--old-query", str(old_query), "--json", "--device", "cpu",
+                            *extra])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_a_table_gallery_of_the_old_rows_scores_the_blend_as_the_file_gallery(blend, tmp_path):
+    """The blend's `to` is the table's only version: its queries search that column, exactly as
+    the .npz gallery of the same rows (the fast path, the reference) is searched."""
+    g_ids = [f"g{i:04d}" for i in range(800, 1100)]
+    table = _table(tmp_path / "g.lance", blend["g"], blend["g_labels"], g_ids, "old")
+    by_file = _score_json(blend, blend["gallery"], blend["old_by_id"])
+    by_table = _score_json(blend, table, blend["old_by_id"])
+    metrics = by_table["protocols"]["identification"]["metrics"]
+    assert metrics["top1"] == by_file["protocols"]["identification"]["metrics"]["top1"]
+    for key, value in by_file["protocols"]["identification"]["metrics"].items():
+        assert metrics[key] == pytest.approx(value, abs=1e-6), key
+    note = by_table["notes"][0]
+    assert "every row served from vec_old" in note and "blended (weight 0.4)" in note
+    assert by_table["query_adapter"]["role"] == "query-blend"
+    # the old model's rows of the queries as a table (as --query may be one): the same scores
+    ids = [f"q{i:04d}" for i in range(600, 800)]
+    old_table = _table(tmp_path / "old_q.lance", blend["old"], blend["labels"], ids, "old")
+    again = _score_json(blend, table, old_table)
+    assert again["protocols"]["identification"]["metrics"] == pytest.approx(metrics, abs=1e-9)
+    # rows of the new version only: the blend maps into old's space, not the table's (exit 4)
+    new_only = _table(tmp_path / "new.lance", blend["g"], blend["g_labels"], g_ids, "new")
+    r = runner.invoke(app, ["score", "-q", blend["query"], "-g", str(new_only), "--query-adapter",
+                            str(blend["root"] / "blend"), "--old-query", blend["old_by_id"]])  # fmt: skip
+    assert r.exit_code == 4 and "from/to" in r.stderr and "new's" in r.stderr
+
+
+def test_a_partial_table_scores_its_older_rows_with_the_blended_queries(blend, tmp_path):
+    """Rows of two versions: the newer ("new") rows with the new queries, the older with the
+    blend's queries (in the older space), scores matched across the two spaces: the partial-
+    backfill curve's rule, the blend where an adapter's mapped queries would be."""
+    new, old, labels, _ = drifted_pairs(n=1100, classes=30, old_noise=1.5, new_noise=0.8)
+    assert np.array_equal(old[800:1100], blend["g"])  # the fixture's pairs, drawn again
+    g_ids = [f"g{i:04d}" for i in range(800, 1100)]
+    table = _table(tmp_path / "g.lance", old[800:1100], labels[800:1100], g_ids, "old")
+    up = np.arange(300) % 3 == 0
+    _table(table, new[800:1100][up], labels[800:1100][up],
+           [i for i, u in zip(g_ids, up, strict=True) if u], "new")  # fmt: skip
+    got = _score_json(blend, table, blend["old_by_id"])
+    m = load_map(blend["root"] / "blend")
+    blended = slerp(blend["old"], m.apply(blend["new"]), WEIGHT)
+    g_r, g_o = np.zeros((300, new.shape[1]), np.float32), unit(old[800:1100])
+    g_r[up] = unit(new[800:1100][up])
+    stats = (GroupStats.of(g_r[up]), GroupStats.of(g_o[up]))  # the rows held in both spaces
+    q, g = calibrated_two_spaces(unit(blend["new"]), unit(blended), g_r, g_o, up, stats)
+    protocols = create_protocols(["identification"], max_pairs=1_000_000, seed=0)
+    want = evaluate_sets(protocols, q, blend["labels"], g, labels[800:1100], device="cpu")
+    got_m = got["protocols"]["identification"]["metrics"]
+    for key, value in want["identification"].metrics.items():
+        assert got_m[key] == pytest.approx(value, abs=1e-6), key
+    note = got["notes"][0]
+    assert "100 rows served from vec_new" in note and "200 from vec_old with new queries" in note
+    assert "blended (weight 0.4)" in note
