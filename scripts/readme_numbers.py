@@ -524,13 +524,6 @@ def adapters_scratch(metrics: str = SCRATCH) -> str:
     return "\n".join(rows)
 
 
-def _bound_of(entry: dict[str, Any]) -> float:
-    """An adapted entry's top-1 lower bound over M(v1, v1) (its value where no bound)."""
-    d = entry["metrics"]["identification"]["top1"]["adapted_minus_old"]
-    v = d.get("lower_bound", d.get("value"))
-    return -math.inf if v is None else float(v)
-
-
 def _psi_verdict(top1: dict[str, Any], target: float) -> str:
     """psi on the gallery (no query map; the gallery's stored rows rewritten once) against the
     same target: its share, whether it reaches it and beats M(v1, v1) with its lower bound."""
@@ -547,7 +540,10 @@ def _psi_verdict(top1: dict[str, Any], target: float) -> str:
 def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
     """The reference cells of the scratch table, the target's verdict and the served pairs'
     partial-backfill curves, from a pipeline's committed metrics (experiments/adapters')."""
+    from compat.evaluate.adapted import best_served
+
     cells = _json(f"{metrics}/adapted.json")
+    ranked = {b["new"]: b for b in best_served(cells)}
     out: list[str] = []
     target = 0.95
     for new, names in _scratch_models(metrics).items():
@@ -559,12 +555,12 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
             f"{pair(t.get('bct'), a.get('bct'))}, a full re-embedding M({new}, {new}) "
             f"{pair(t['self'], a['self'])}."
         )
-        # The configurations compat may serve: kept by their own check when fitted (the gate
-        # serves no refused map), ranked as evaluate-adapters ranks them (best_served: the lower
-        # bound over M(v1, v1)); where every map was refused, the closest on that bound is named.
-        fits = _json(f"{metrics}/adapters.json")
-        kept = [n for n in names if not (fits.get(n) or {}).get("refused")]
-        best = max(kept or names, key=lambda n: _bound_of(cells[n]))
+        # The best configuration compat may serve (kept by its own check when fitted: the gate
+        # serves no refused map), as evaluate-adapters ranks them; where every map was refused,
+        # the closest.
+        b = ranked[new]
+        kept = b["best_servable"] is not None
+        best = b["best_servable"] or b["best"]
         bt = cells[best]["metrics"]["identification"]["top1"]
         share = _recovery(bt)
         if share is not None:

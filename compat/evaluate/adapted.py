@@ -390,29 +390,33 @@ def best_served(
     closest to beating keeping the old model. ``refused``: the configurations whose map its own
     check refused when it was fitted (the gate serves none of them, whatever the evaluation
     classes say), in the entries' order; ``servable_passing``: how many of those that pass were
-    not refused. Pairs in the entries' order."""
+    not refused; ``best_servable``: the highest of the maps not refused, ranked alike (None when
+    every map was refused). Pairs in the entries' order."""
     pairs: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     for name, entry in adapted.items():
         e = entry["metrics"].get(protocol, {}).get(metric)
         if e is not None:
             pairs.setdefault((entry["new"], entry["old"]), []).append((name, e))
+
+    def bound(item: tuple[str, dict[str, Any]]) -> float:
+        d = item[1]["adapted_minus_old"]
+        v = d.get("lower_bound", d.get("value"))
+        return -np.inf if v is None else float(v)
+
     out = []
     for (new, old), found in pairs.items():
-
-        def bound(item: tuple[str, dict[str, Any]]) -> float:
-            d = item[1]["adapted_minus_old"]
-            v = d.get("lower_bound", d.get("value"))
-            return -np.inf if v is None else float(v)
-
         name, e = max(found, key=bound)  # the first of equal bounds
         d = e["adapted_minus_old"]
+        refused = [n for n, _ in found if _refused(adapted[n])]
+        servable = [(n, x) for n, x in found if n not in refused]
         out.append({
             "new": new, "old": old, "protocol": protocol, "metric": metric, "best": name,
             "served": e["adapted"], "kept": e["old"], "lower_bound": d.get("lower_bound"),
             "passes": bool(e["passes"]), "configurations": len(found),
             "passing": sum(bool(x["passes"]) for _, x in found),
-            "refused": (refused := [n for n, _ in found if _refused(adapted[n])]),
-            "servable_passing": sum(bool(x["passes"]) for n, x in found if n not in refused),
+            "refused": refused,
+            "servable_passing": sum(bool(x["passes"]) for _, x in servable),
+            "best_servable": max(servable, key=bound)[0] if servable else None,
         })  # fmt: skip
     return out
 

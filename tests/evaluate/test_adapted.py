@@ -415,12 +415,14 @@ def test_best_served_names_the_best_or_the_closest_configuration():
     assert (v2["best"], v2["passes"], v2["passing"], v2["lower_bound"]) == ("d", False, 0, -0.03)
     assert (v2["served"], v2["kept"]) == (0.54, 0.55)
     assert v3["refused"] == v2["refused"] == []
+    assert (v3["best_servable"], v2["best_servable"]) == ("b", "d")
     entries["b"]["map"] = {
         "refused": "on split:validation ...: the gain's lower bound is not above 0"
     }
     v3 = best_served(entries)[0]
     assert v3["refused"] == ["b"]  # best on evaluation, but never served
     assert (v3["passing"], v3["servable_passing"]) == (2, 1)
+    assert (v3["best"], v3["best_servable"]) == ("b", "a")  # the best the gate may serve
 
 
 def test_a_counterpart_sets_a_model_trained_elsewhere_beside_bct_with_bcts_gain():
