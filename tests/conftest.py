@@ -33,6 +33,19 @@ def tiny_source(tmp_path_factory: pytest.TempPathFactory):
     return build_source(params, root / "data")
 
 
+def one_line_error(r, code: int, *words: str) -> str:
+    """A CLI result (typer's runner) that failed as the project promises bad input fails: exit
+    ``code``, no traceback, exactly one stderr line, ``error: ...``, holding each of ``words``;
+    returns that line."""
+    assert r.exit_code == code, r.output
+    assert "Traceback" not in r.output
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    for w in words:
+        assert w in line, line
+    return line
+
+
 @pytest.fixture()
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)

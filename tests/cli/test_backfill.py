@@ -15,6 +15,7 @@ from compat.embeddings.bundle import EmbeddingBundle, load_bundle, save_bundle
 from compat.embeddings.reader import load_gallery
 from compat.io import sha256_file
 from compat.maps.psi import UpgradeModule, save_upgrade
+from tests.conftest import one_line_error
 
 runner = CliRunner()
 
@@ -73,44 +74,38 @@ def test_partial_backfill_json(proj):
     assert load_bundle("g2.npz").row_versions.count("v2") == 7
 
 
-def _one_line_error(r, code, text):
-    assert r.exit_code == code, r.output
-    err = r.stderr.strip()
-    assert err.startswith("error: ") and "\n" not in err and text in err, err
-
-
 def test_missing_files_exit_3(proj):
-    _one_line_error(cli(*BASE[:1], "nope.npz", *BASE[2:]), 3, "nope.npz: file not found")
-    _one_line_error(cli(*BASE, "--models", "elsewhere"), 3, "upgrade module card not found")
+    one_line_error(cli(*BASE[:1], "nope.npz", *BASE[2:]), 3, "nope.npz: file not found")
+    one_line_error(cli(*BASE, "--models", "elsewhere"), 3, "upgrade module card not found")
 
 
 def test_bad_input_exit_4(proj):
     _gallery(Path("g0.npz"), version="v0")
-    _one_line_error(
+    one_line_error(
         cli("--gallery", "g0.npz", *BASE[2:]), 4, "row 0 was made by 'v0', not by --from 'v1'"
     )
     _gallery(Path("wide.npz"), d=12)
-    _one_line_error(cli("--gallery", "wide.npz", *BASE[2:]), 4, "psi takes 8-dim rows")
+    one_line_error(cli("--gallery", "wide.npz", *BASE[2:]), 4, "psi takes 8-dim rows")
     _gallery(Path("nan.npz"), nan=True)
-    _one_line_error(cli("--gallery", "nan.npz", *BASE[2:]), 4, "NaN or inf (first in row 2)")
+    one_line_error(cli("--gallery", "nan.npz", *BASE[2:]), 4, "NaN or inf (first in row 2)")
     _psi(Path("other"), source="v0")
-    _one_line_error(cli(*BASE, "--psi", "other"), 4, "psi upgrades v0 -> v2")
+    one_line_error(cli(*BASE, "--psi", "other"), 4, "psi upgrades v0 -> v2")
     assert not Path("g2.npz").exists()
 
 
 def test_usage_errors_exit_2(proj):
-    _one_line_error(cli(*BASE[:6], "--out", "g.npz"), 2, "is the input gallery")
-    _one_line_error(cli(*BASE, "--order", "newest"), 2, "--order 'newest'")
+    one_line_error(cli(*BASE[:6], "--out", "g.npz"), 2, "is the input gallery")
+    one_line_error(cli(*BASE, "--order", "newest"), 2, "--order 'newest'")
     assert cli(*BASE, "--fraction", "1.5").exit_code == 2
 
 
 def test_unwritable_out_exit_2_one_line(proj):
     Path("afile").write_text("x")
-    _one_line_error(cli(*BASE[:6], "--out", "afile/g2.npz"), 2, "afile is a file, not a folder")
-    _one_line_error(cli(*BASE[:6], "--out", "/proc/g2.npz"), 2, "--out /proc/g2.npz")
-    _one_line_error(cli(*BASE[:6], "--out", "/proc/self/g2"), 2, "--out /proc/self/g2")
-    _one_line_error(cli(*BASE[:6], "--out", "g2.h5"), 2, "unknown gallery format '.h5'")
-    _one_line_error(cli(*BASE, "--engine", "spark"), 2, "--engine 'spark'")
+    one_line_error(cli(*BASE[:6], "--out", "afile/g2.npz"), 2, "afile is a file, not a folder")
+    one_line_error(cli(*BASE[:6], "--out", "/proc/g2.npz"), 2, "--out /proc/g2.npz")
+    one_line_error(cli(*BASE[:6], "--out", "/proc/self/g2"), 2, "--out /proc/self/g2")
+    one_line_error(cli(*BASE[:6], "--out", "g2.h5"), 2, "unknown gallery format '.h5'")
+    one_line_error(cli(*BASE, "--engine", "spark"), 2, "--engine 'spark'")
     assert not list(Path().glob(".g2*"))
 
 
@@ -154,5 +149,5 @@ def test_engine_ray_without_ray_installed_is_a_usage_error_naming_the_extra(proj
     import sys
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
-    _one_line_error(cli(*BASE, "--engine", "ray"), 2, "pip install 'compat[ray]'")
+    one_line_error(cli(*BASE, "--engine", "ray"), 2, "pip install 'compat[ray]'")
     assert not Path("g2.npz").exists()

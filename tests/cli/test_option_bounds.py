@@ -14,22 +14,13 @@ from typer.testing import CliRunner
 
 from compat.cli.main import app
 from compat.embeddings.bundle import EmbeddingBundle, save_bundle
-from tests.conftest import tiny_folder_split
+from tests.conftest import one_line_error, tiny_folder_split
 
 runner = CliRunner()
 
 
 def _cli(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def _one_line(r, code: int, *words: str) -> None:
-    assert r.exit_code == code, r.output
-    assert "Traceback" not in r.output
-    [line] = r.stderr.strip().splitlines()
-    assert line.startswith("error: "), line
-    for w in words:
-        assert w in line, line
 
 
 @pytest.fixture(scope="module")
@@ -60,20 +51,20 @@ def files(tmp_path_factory):
 def test_adapt_options_out_of_bounds_are_usage_errors(files, tmp_path, extra, said):
     r = _cli("adapt", "--new", files / "new.npz", "--old", files / "old.npz", "--kind", "affine",
              "--out", tmp_path / "m", *extra)  # fmt: skip
-    _one_line(r, 2, said)
+    one_line_error(r, 2, said)
     assert not (tmp_path / "m").exists()
 
 
 def test_other_commands_bound_their_seed_and_resamples(files, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _one_line(_cli("score", "-q", files / "new.npz", "-g", files / "old.npz", "--seed", "-1"), 2,
+    one_line_error(_cli("score", "-q", files / "new.npz", "-g", files / "old.npz", "--seed", "-1"), 2,
               "--seed -1: expected a seed in 0 .. 2**32 - 1")  # fmt: skip
-    _one_line(_cli("backfill", "--gallery", files / "old.npz", "--from", "v1", "--to", "v2",
+    one_line_error(_cli("backfill", "--gallery", files / "old.npz", "--from", "v1", "--to", "v2",
                    "--out", "up.npz", "--order", "random", "--seed", "-3"), 2, "--seed -3")  # fmt: skip
     # promote checks them before it opens the registry or evaluates anything
-    _one_line(_cli("promote", "v2", "--against", "v1", "--dry-run", "--seed", "-1"), 2,
+    one_line_error(_cli("promote", "v2", "--against", "v1", "--dry-run", "--seed", "-1"), 2,
               "--seed -1")  # fmt: skip
-    _one_line(_cli("promote", "v2", "--against", "v1", "--dry-run", "--bootstrap", "1000000"), 2,
+    one_line_error(_cli("promote", "v2", "--against", "v1", "--dry-run", "--bootstrap", "1000000"), 2,
               "--bootstrap 1000000: expected 0 .. 100,000 resamples")  # fmt: skip
     assert not (tmp_path / "registry").exists()
 
@@ -82,15 +73,15 @@ def test_a_fifo_given_as_an_input_is_bad_input_not_missing(files, tmp_path):
     for fifo in ("fifo.npz", "fifo"):
         r = _cli("adapt", "--new", files / fifo, "--old", files / "old.npz", "--kind", "affine",
                  "--out", tmp_path / "m")  # fmt: skip
-        _one_line(r, 4, "a FIFO (named pipe), not a regular file")
+        one_line_error(r, 4, "a FIFO (named pipe), not a regular file")
         r = _cli("score", "-q", files / fifo, "-g", files / "old.npz")
-        _one_line(r, 4, "a FIFO (named pipe)")
+        one_line_error(r, 4, "a FIFO (named pipe)")
 
 
 def test_adapt_no_labels_reads_an_npz_without_labels(files, tmp_path):
     args = ["adapt", "--new", files / "nolabels.npz", "--old", files / "old.npz", "--kind",
             "procrustes", "--out", tmp_path / "m", "--allow-refused"]  # fmt: skip
-    _one_line(_cli(*args), 4, "nolabels.npz: labels: missing key")  # labels were asked for
+    one_line_error(_cli(*args), 4, "nolabels.npz: labels: missing key")  # labels were asked for
     r = _cli(*args, "--no-labels")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "m" / "card.json").is_file()
@@ -110,8 +101,8 @@ def test_embed_refuses_a_device_that_is_not_here_on_a_cache_hit_too(tmp_path, mo
                  "in_channels": 1, "image_size": 8, "pooling": "avg"})  # fmt: skip
     base = ["embed", "v1", "--split", "v2", "--quiet"]
     for device in ("tpu", *(() if torch.cuda.is_available() else ("cuda",))):
-        _one_line(_cli(*base, "--out", "a.npz", "--device", device), 2, f"device {device!r}")
+        one_line_error(_cli(*base, "--out", "a.npz", "--device", device), 2, f"device {device!r}")
     assert _cli(*base, "--out", "a.npz").exit_code == 0  # now the cache holds v1's rows
     for device in ("tpu", *(() if torch.cuda.is_available() else ("cuda",))):
-        _one_line(_cli(*base, "--out", "b.npz", "--device", device), 2, f"device {device!r}")
+        one_line_error(_cli(*base, "--out", "b.npz", "--device", device), 2, f"device {device!r}")
     assert not (tmp_path / "b.npz").exists()

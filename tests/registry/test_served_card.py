@@ -13,17 +13,10 @@ from typer.testing import CliRunner
 from compat.cli.main import app
 from compat.embeddings.bundle import EmbeddingBundle, save_bundle
 from compat.errors import BadInputError
+from tests.conftest import one_line_error
 
 runner = CliRunner()
 A, B, C = "a" * 64, "b" * 64, "c" * 64
-
-
-def _one_line(r, code: int, *words: str) -> str:
-    assert r.exit_code == code, r.output
-    [line] = r.stderr.strip().splitlines()
-    for w in words:
-        assert w in line, line
-    return line
 
 
 def _pairs(seed: int = 0, n: int = 240, d: int = 16):
@@ -99,7 +92,7 @@ def test_the_gate_refuses_an_adapter_fitted_for_other_versions(project):
     _gate_setup(project, "serve: {mode: query-adapter, map: maps/v3-paragon-to-v1}\n")
     _gate_map(project, project.root / "maps" / "v3-paragon-to-v1", "v3-paragon", "v1")
     r = runner.invoke(app, ["promote", "v3", "--against", "v1"])
-    _one_line(r, 4, "maps/v3-paragon-to-v1/card.json: from/to: the map joins v3-paragon -> v1",
+    one_line_error(r, 4, "maps/v3-paragon-to-v1/card.json: from/to: the map joins v3-paragon -> v1",
               "the contract serves v3's queries on v1's gallery")  # fmt: skip
     assert "compat.verdict.passed" not in runner.invoke(app, ["show", "v3", "--json"]).stdout
     # the adapter fitted for v3 -> v1 passes: tests/registry/test_promote_serve.py
@@ -109,7 +102,7 @@ def test_the_gate_refuses_a_gallery_map_fitted_for_other_versions(project):
     _gate_setup(project, "serve: {mode: backfill, map: maps/g}\n")
     _gate_map(project, project.root / "maps" / "g", "v0", "v3", role="gallery-map")
     r = runner.invoke(app, ["promote", "v3", "--against", "v1", "--dry-run"])
-    _one_line(r, 4, "maps/g/card.json: from/to: the map joins v0 -> v3",
+    one_line_error(r, 4, "maps/g/card.json: from/to: the map joins v0 -> v3",
               "the contract needs v1 -> v3")  # fmt: skip
 
 
@@ -129,14 +122,14 @@ def test_score_refuses_an_adapter_of_other_versions_or_weights(tmp_path):
                                str(tmp_path / "ok")]).exit_code == 0  # fmt: skip
     r = runner.invoke(app, [*base, "-q", str(tmp_path / "q2.npz"), "--query-adapter",
                             str(tmp_path / "ok")])  # fmt: skip
-    _one_line(r, 4, "ok/card.json: from/to: the map joins v3 -> v1, not v2 -> v1")
+    one_line_error(r, 4, "ok/card.json: from/to: the map joins v3 -> v1, not v2 -> v1")
     r = runner.invoke(app, [*base, "-q", str(tmp_path / "q3.npz"), "--query-adapter",
                             str(tmp_path / "stale")])  # fmt: skip
-    _one_line(r, 4, "from_weights_sha256: the map was fitted on v3 weights cccccccccccc",
+    one_line_error(r, 4, "from_weights_sha256: the map was fitted on v3 weights cccccccccccc",
               "the files' meta records aaaaaaaaaaaa")  # fmt: skip
 
 
-def test_score_an_adapter_into_another_width_than_the_gallery_is_one_line(tmp_path):
+def test_score_an_adapter_into_another_width_than_the_gallery_isone_line_error(tmp_path):
     """Issue 45 item 5: a 16 -> 8 adapter on a 16-wide gallery was a ValueError traceback."""
     from compat.maps import fit_map, save_map
 
@@ -147,7 +140,7 @@ def test_score_an_adapter_into_another_width_than_the_gallery_is_one_line(tmp_pa
         old[:, :8], axis=1, keepdims=True), labels=list(labels)))  # fmt: skip
     r = runner.invoke(app, ["score", "-q", str(tmp_path / "q.npz"), "-g", str(tmp_path / "g.npz"),
                             "--query-adapter", str(tmp_path / "narrow"), "--allow-refused"])  # fmt: skip
-    _one_line(r, 4, "narrow/card.json: out_dim: the map writes 8-dim rows", "16-dim")
+    one_line_error(r, 4, "narrow/card.json: out_dim: the map writes 8-dim rows", "16-dim")
 
 
 # ---------------------------------------------------------------------- backfill
@@ -165,7 +158,7 @@ def test_backfill_refuses_a_gallery_map_fitted_on_other_weights(tmp_path):
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, [*args, "--gallery", str(tmp_path / "theirs.npz"), "--out",
                             str(tmp_path / "up2.npz")])  # fmt: skip
-    _one_line(r, 4, "g/card.json: from_weights_sha256: the map was fitted on v1 weights aaaaaaaaaaaa",
+    one_line_error(r, 4, "g/card.json: from_weights_sha256: the map was fitted on v1 weights aaaaaaaaaaaa",
               "theirs.npz were made by (meta.weights_sha256) cccccccccccc")  # fmt: skip
     assert not (tmp_path / "up2.npz").exists()
 

@@ -14,17 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from compat.cli.main import app
+from tests.conftest import one_line_error
 
 runner = CliRunner()
-
-
-def _one_line(r, code: int, *words: str) -> None:
-    assert r.exit_code == code, r.output
-    assert "Traceback" not in r.output
-    [line] = r.stderr.strip().splitlines()
-    assert line.startswith("error: "), line
-    for w in words:
-        assert w in line, line
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +62,7 @@ def test_a_log_line_of_the_wrong_types_is_named(promoted, field, value, said):
     log.write_text("".join(json.dumps(x) + "\n" for x in lines))
     where = f"promotions.jsonl:{len(lines) - 1}: "
     for args in (["log"], ["verify"], ["log", "--json"]):
-        _one_line(runner.invoke(app, args), 4, where, said)
+        one_line_error(runner.invoke(app, args), 4, where, said)
     r = runner.invoke(app, ["versions"])
     assert r.exit_code == 0 and r.stderr.startswith("warning: promotion log not read: ")
 
@@ -93,10 +85,10 @@ def test_a_verdict_tag_edited_by_hand_is_named(promoted, key, value, said):
     reg = Registry(root=promoted.root / "registry")
     reg.set_tags(reg.get("v2"), {key: value})
     for args in (["show", "v2"], ["show", "v2", "--json"]):
-        _one_line(runner.invoke(app, args), 4, said)
+        one_line_error(runner.invoke(app, args), 4, said)
     if key == "compat.checks":
         for args in (["chain", "v2"], ["chain", "v2", "--json"]):
-            _one_line(runner.invoke(app, args), 4, said)
+            one_line_error(runner.invoke(app, args), 4, said)
 
 
 @pytest.mark.parametrize("created", ["abc", 1.5])
@@ -105,5 +97,5 @@ def test_a_registry_row_with_a_non_integer_creation_time_is_a_damaged_registry(p
     with sqlite3.connect(db) as con:
         con.execute("UPDATE model_versions SET creation_time = ? WHERE version = 2", (created,))
     for args in (["versions"], ["show", "v2"], ["chain", "v2"]):
-        _one_line(runner.invoke(app, args), 5, "mlflow.db: model version 2: creation_time: ",
+        one_line_error(runner.invoke(app, args), 5, "mlflow.db: model version 2: creation_time: ",
                   "a damaged registry")  # fmt: skip
