@@ -12,18 +12,9 @@ from typer.testing import CliRunner
 
 from compat.cli.main import app
 from tests.conftest import tiny_folder_split
-from tests.maps.conftest import drifted_pairs
+from tests.maps.conftest import drifted_pairs, write_npz
 
 runner = CliRunner()
-
-
-def _npz(path: Path, emb, labels, ids=None) -> str:
-    arrays = {"embeddings": np.asarray(emb, np.float32), "labels": np.asarray(labels)}
-    if ids is not None:
-        arrays["ids"] = np.asarray(ids, dtype=np.str_)
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +24,12 @@ def files(tmp_path_factory):
     ids = [f"item{i:04d}" for i in range(len(new))]
     order = np.random.default_rng(0).permutation(len(new))  # the old file in another order
     return {
-        "new": _npz(root / "new.npz", new, labels, ids),
-        "old": _npz(root / "old.npz", old[order], labels[order], [ids[i] for i in order]),
-        "noise": _npz(
+        "new": write_npz(root / "new.npz", new, labels, ids),
+        "old": write_npz(root / "old.npz", old[order], labels[order], [ids[i] for i in order]),
+        "noise": write_npz(
             root / "noise.npz", np.random.default_rng(1).standard_normal(new.shape), labels, ids
         ),
-        "other": _npz(root / "other.npz", new, labels, [f"x{i}" for i in range(len(new))]),
+        "other": write_npz(root / "other.npz", new, labels, [f"x{i}" for i in range(len(new))]),
         "root": root,
     }
 
@@ -121,7 +112,7 @@ def test_adapt_bad_input(tmp_path, files):
     r = _adapt(files, tmp_path / "busy", "--kind", "affine")
     assert r.exit_code == 2 and "not a map's" in r.stderr
     lab = np.load(files["old"])
-    _npz(tmp_path / "relabelled.npz", lab["embeddings"], lab["labels"] + 1, lab["ids"])
+    write_npz(tmp_path / "relabelled.npz", lab["embeddings"], lab["labels"] + 1, lab["ids"])
     r = runner.invoke(app, ["adapt", "--new", files["new"], "--old",
                             str(tmp_path / "relabelled.npz"), "--kind", "affine", "--out",
                             str(tmp_path / "b")])  # fmt: skip
@@ -152,7 +143,7 @@ def test_score_with_a_query_adapter(tmp_path, files):
     assert r.exit_code == 4 and "sha256" in r.stderr
     r = runner.invoke(app, [*base, "--query-adapter", str(tmp_path / "none")])
     assert r.exit_code == 3
-    _npz(tmp_path / "narrow.npz", np.ones((4, 8)), [0, 0, 1, 1])
+    write_npz(tmp_path / "narrow.npz", np.ones((4, 8)), [0, 0, 1, 1])
     assert _adapt(files, tmp_path / "c", "--kind", "procrustes").exit_code == 0
     r = runner.invoke(app, ["score", "-q", str(tmp_path / "narrow.npz"), "-g", files["old"],
                             "--query-adapter", str(tmp_path / "c")])  # fmt: skip
@@ -266,7 +257,10 @@ def test_a_gallery_map_between_two_files_backfills_a_stored_gallery(tmp_path, fi
     from compat.maps import load_map
 
     new, old, labels, _ = drifted_pairs(n=900, old_noise=1.5, new_noise=0.5)
-    v1, v2 = _npz(tmp_path / "v1.npz", old, labels), _npz(tmp_path / "v2.npz", new, labels)
+    v1, v2 = (
+        write_npz(tmp_path / "v1.npz", old, labels),
+        write_npz(tmp_path / "v2.npz", new, labels),
+    )
     r = runner.invoke(app, ["adapt", "--new", v2, "--old", v1, "--kind", "procrustes",
                             "--role", "gallery-map", "--out", str(tmp_path / "psi")])  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -306,14 +300,14 @@ def test_adapt_a_query_blend_checked_on_a_check_set(tmp_path):
     fit, held = labels < 150, labels >= 150
     ids = np.asarray([f"i{k}" for k in range(len(new))])
     paths = {
-        name: _npz(tmp_path / f"{name}.npz", rows[mask], labels[mask], ids[mask])
+        name: write_npz(tmp_path / f"{name}.npz", rows[mask], labels[mask], ids[mask])
         for name, rows, mask in (
             ("new", new, fit), ("old", old, fit), ("check_new", new, held),
             ("check_old", old, held),
         )
     }  # fmt: skip
     noise = np.random.default_rng(4).standard_normal((int(held.sum()), new.shape[1]))
-    paths["noise"] = _npz(tmp_path / "noise.npz", noise, labels[held], ids[held])
+    paths["noise"] = write_npz(tmp_path / "noise.npz", noise, labels[held], ids[held])
     base = ["adapt", "--new", paths["new"], "--old", paths["old"], "--kind", "procrustes"]
     r = runner.invoke(app, [*base, "--role", "query-blend", "--out", str(tmp_path / "b"),
                             "--check-new", paths["check_new"], "--check-old", paths["check_old"]])  # fmt: skip

@@ -19,21 +19,10 @@ from compat.embeddings.table_write import write_table_embeddings
 from compat.evaluate.protocols import create_protocols, evaluate_sets
 from compat.maps import fit_map, load_map, save_map
 from compat.maps.blend import slerp
-from tests.maps.conftest import drifted_pairs, unit
+from tests.maps.conftest import drifted_pairs, unit, write_npz
 
 runner = CliRunner()
 WEIGHT = 0.4
-
-
-def _npz(path: Path, emb, labels=None, ids=None) -> str:
-    arrays = {"embeddings": np.asarray(emb, np.float32)}
-    if labels is not None:
-        arrays["labels"] = np.asarray(labels)
-    if ids is not None:
-        arrays["ids"] = np.asarray(ids, dtype=np.str_)
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +43,11 @@ def blend(tmp_path_factory):
     order = np.random.default_rng(3).permutation(len(q))
     return {
         "root": root,
-        "query": _npz(root / "query.npz", new[q], labels[q], ids),
-        "gallery": _npz(root / "gallery.npz", old[g], labels[g], [f"g{i:04d}" for i in g]),
-        "old_by_id": _npz(root / "old_by_id.npz", old[q][order], ids=[ids[i] for i in order]),
-        "old_in_order": _npz(root / "old_in_order.npz", old[q]),
-        "old_shuffled": _npz(root / "old_shuffled.npz", old[q][order]),
+        "query": write_npz(root / "query.npz", new[q], labels[q], ids),
+        "gallery": write_npz(root / "gallery.npz", old[g], labels[g], [f"g{i:04d}" for i in g]),
+        "old_by_id": write_npz(root / "old_by_id.npz", old[q][order], ids=[ids[i] for i in order]),
+        "old_in_order": write_npz(root / "old_in_order.npz", old[q]),
+        "old_shuffled": write_npz(root / "old_shuffled.npz", old[q][order]),
         "new": new[q], "old": old[q], "labels": labels[q], "g": old[g], "g_labels": labels[g],
     }  # fmt: skip
 
@@ -121,18 +110,18 @@ def test_a_blend_and_old_query_go_together_exit_2(blend):
 
 def test_old_query_bad_input_exit_4_and_missing_exit_3(blend, tmp_path):
     ids = [f"q{i:04d}" for i in range(600, 800)]
-    short = _npz(tmp_path / "short.npz", blend["old"][1:], ids=ids[1:])
+    short = write_npz(tmp_path / "short.npz", blend["old"][1:], ids=ids[1:])
     r = _score(blend, "--old-query", short)
     assert r.exit_code == 4 and "short.npz" in r.stderr and "'q0600'" in r.stderr
-    fewer = _npz(tmp_path / "fewer.npz", blend["old"][:150])
+    fewer = write_npz(tmp_path / "fewer.npz", blend["old"][:150])
     r = _score(blend, "--old-query", fewer)
     assert r.exit_code == 4 and "fewer.npz" in r.stderr
     assert "150 rows" in r.stderr and "200 queries" in r.stderr
-    narrow = _npz(tmp_path / "narrow.npz", blend["old"][:, :16], ids=ids)
+    narrow = write_npz(tmp_path / "narrow.npz", blend["old"][:, :16], ids=ids)
     r = _score(blend, "--old-query", narrow)
     assert r.exit_code == 4 and "narrow.npz" in r.stderr
     assert "16-dim" in r.stderr and "32-dim" in r.stderr
-    twice = _npz(tmp_path / "twice.npz", blend["old"], ids=[ids[0], *ids[:-1]])
+    twice = write_npz(tmp_path / "twice.npz", blend["old"], ids=[ids[0], *ids[:-1]])
     r = _score(blend, "--old-query", twice)
     assert r.exit_code == 4 and "twice.npz: ids: 'q0600' names rows 0 and 1" in r.stderr
     r = _score(blend, "--old-query", str(tmp_path / "none.npz"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -48,3 +50,16 @@ def drifted_pairs(
     clean = z + new_noise * rng.standard_normal((n, d_old))
     new = unit(clean @ q.T)  # new = clean Q^T, so clean ~ new Q: M = Q
     return new, old, labels, q
+
+
+def write_npz(path: Path, emb, labels=None, ids=None) -> str:
+    """An embeddings file as ``compat`` commands read it (float32 ``embeddings``, and ``labels``
+    and string ``ids`` when given); returns its path as a string."""
+    arrays = {"embeddings": np.asarray(emb, np.float32)}
+    if labels is not None:
+        arrays["labels"] = np.asarray(labels)
+    if ids is not None:
+        arrays["ids"] = np.asarray(ids, dtype=np.str_)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return str(path)
