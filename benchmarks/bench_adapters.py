@@ -16,10 +16,10 @@ Each apply path runs ``--rounds`` times interleaved; the best round counts (a sh
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
+from timing import best_of
 
 
 def pairs(n: int, d_old: int, d_new: int, classes: int, seed: int):
@@ -80,12 +80,7 @@ def main() -> None:
     paths = {"numpy matmul": lambda: rows @ w}
     for name, m in fitted.items():
         paths[name] = lambda m=m: m.apply(rows)
-    best = {k: float("inf") for k in paths}
-    for _ in range(args.rounds):
-        for name, fn in paths.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+    best = best_of(paths, args.rounds)
     base = args.apply_rows / best["numpy matmul"]
     print(f"\napply: {args.apply_rows} rows {args.new_dim} -> {args.dim}, best of {args.rounds}")
     for name, secs in best.items():

@@ -24,11 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from timing import best_of
 
 
 def _models(folder: Path, new: str, old: str):
@@ -122,12 +122,7 @@ def main() -> None:
             "adapter path": adapter_path,
             "blend path": blend_path,
         }
-        best = {k: float("inf") for k in paths}
-        for _ in range(args.rounds):
-            for name, fn in paths.items():
-                t0 = time.perf_counter()
-                fn()
-                best[name] = min(best[name], time.perf_counter() - t0)
+        best = best_of(paths, args.rounds)
         us = {k: v / len(images) * 1e6 for k, v in best.items()}
         ratio = us["blend path"] / us["adapter path"]
         print(f"{batch:>5} {us['new fwd']:>9.1f} {us['old fwd']:>9.1f} {us['adapter']:>9.2f} "

@@ -13,10 +13,10 @@ Prints rows/s of each and the ratio fixed-blocks / plain (target: >= 0.9 at comp
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
+from timing import best_of
 
 
 def main() -> None:
@@ -48,12 +48,7 @@ def main() -> None:
     paths = {"plain (8,192 per product)": plain} | {
         f"fixed blocks of {b}": fixed(b) for b in args.blocks
     }
-    best = dict.fromkeys(paths, float("inf"))
-    for _ in range(args.rounds):
-        for name, fn in paths.items():
-            t = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t)
+    best = best_of(paths, args.rounds)
     base = best["plain (8,192 per product)"]
     print(f"psi {args.dim} -> {args.hidden} x 3 -> {args.dim}, {args.rows:,} rows, "
           f"{torch.get_num_threads()} threads; compat's ROW_BLOCK = {ROW_BLOCK}")  # fmt: skip
