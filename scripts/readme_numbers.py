@@ -524,12 +524,18 @@ def adapters_scratch(metrics: str = SCRATCH) -> str:
     return "\n".join(rows)
 
 
+def _meets(share: float | None, bound: float | None, target: float) -> bool:
+    """The scratch target: beat M(v1, v1) with the gate's lower bound and reach ``target`` of
+    BCT's M(v, v1)."""
+    return share is not None and share >= target and bound is not None and bound > 0
+
+
 def _psi_verdict(top1: dict[str, Any], target: float) -> str:
     """psi on the gallery (no query map; the gallery's stored rows rewritten once) against the
     same target: its share, whether it reaches it and beats M(v1, v1) with its lower bound."""
     share = _psi_share(top1)
     bound = (top1.get("forward_minus_old") or {}).get("lower_bound")
-    met = share is not None and share >= target and bound is not None and bound > 0
+    met = _meets(share, bound, target)
     return (
         f"; psi on the gallery {share:.2f}"
         + (f" (lower bound {100 * bound:+.1f} over M(v1, v1))" if bound is not None else "")
@@ -565,7 +571,7 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
         share = _recovery(bt)
         if share is not None:
             beats = bt["adapted_minus_old"]["lower_bound"]
-            met = bool(kept) and share >= target and beats is not None and beats > 0
+            met = kept and _meets(share, beats, target)
             low = (bt.get("recovery") or {}).get("interval") or [None]
             head = (
                 f"Its best served configuration ({best})" if kept else
