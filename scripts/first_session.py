@@ -24,11 +24,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "first-session.txt"
-VERSIONS = ("v1", "v2", "v2-paragon")
+
+
+def _paragon() -> str:
+    """v2's paragon as params.yaml names it (``evaluate.paragon``): the gate measures v2's update
+    gain against it, so the session registers it."""
+    from compat.params import load_params
+
+    return load_params(ROOT / "params.yaml").evaluate.paragon["v2"]
+
+
+PARAGON = _paragon()
+VERSIONS = ("v1", "v2", PARAGON)
 COMMANDS = (
     ["compat", "register", "v1"],
     ["compat", "register", "v2"],
-    ["compat", "register", "v2-paragon"],
+    ["compat", "register", PARAGON],
     ["compat", "promote", "v1"],
     ["compat", "promote", "v2", "--against", "v1"],
     ["compat", "versions"],

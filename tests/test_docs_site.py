@@ -77,7 +77,7 @@ def test_a_page_renders_offline_in_chromium(site, tmp_path):
     dom = r.stdout
     assert "<h1" in dom and "The default chain" in dom
     assert 'class="md-nav' in dom  # Material's navigation, drawn by its bundled assets
-    assert "<table" in dom and "v2-paragon" in dom  # a generated block, rendered
+    assert "<table" in dom and "M(v3, v1)" in dom  # a generated block, rendered
 
 
 def test_links_are_rewritten_for_the_site():

@@ -1,6 +1,7 @@
 """dvc.yaml and params.yaml name the same versions (docs/design.md: one name four times).
 
-Checked for the default pipeline at the root, experiments/adapters and experiments/glyphs; experiments/bict (the lambda sweep: one train,
+Checked for the default pipeline at the root, experiments/adapters, experiments/glyphs and
+experiments/paragons; experiments/bict (the lambda sweep: one train,
 upgrade and evaluate stage per point, foreach) is checked the same way by tests/test_bict.py.
 """
 
@@ -22,6 +23,7 @@ PIPELINES = {
     "root": (REPO, ""),
     "adapters": (REPO / "experiments" / "adapters", "../../"),
     "glyphs": (REPO / "experiments" / "glyphs", "../../"),
+    "paragons": (REPO / "experiments" / "paragons", "../../"),
 }
 pipelines = pytest.mark.parametrize("pipeline", list(PIPELINES))
 

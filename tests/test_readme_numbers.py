@@ -95,3 +95,25 @@ def test_the_recorded_session_is_checked_against_the_metrics():
     assert f"| {shown} |" in text
     wrong = numbers._session_checks(text.replace(f"| {shown} |", "| 0.9999 |"))
     assert wrong and "new" in wrong[0]
+
+
+def test_each_paragon_is_named_by_its_kind_from_the_params(tmp_path, monkeypatch):
+    """The default chain's paragons are the papers' (from scratch), experiments/paragons' the
+    fine-tuned ones; the sentences read the kind from each pipeline's params, and a pipeline
+    mixing the two is an error rather than a sentence that is half wrong."""
+    numbers = _script()
+    assert numbers._paragon_kind({"v2": "v2-scratch", "v3": "v3-scratch"}) == "papers'"
+    assert (
+        numbers._paragon_kind(
+            {"v2": "v2-paragon", "v3": "v3-paragon"}, "experiments/paragons/params.yaml"
+        )
+        == "fine-tuned"
+    )
+    (tmp_path / "params.yaml").write_text(
+        "train:\n  a: {method: independent, split: v2, parent: v1, init: parent}\n"
+        "  b: {method: independent, split: v3}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(numbers, "ROOT", tmp_path)
+    with pytest.raises(SystemExit, match="mixes fine-tuned and from-scratch"):
+        numbers._paragon_kind({"v2": "a", "v3": "b"})
