@@ -18,7 +18,8 @@ answer.
 
 docs/img was made from a copy of the project after ``dvc repro`` (models/, contracts/,
 splits/, data/, cache/, plots/, metrics/, params.yaml in a scratch folder): ``compat register``
-of v1, v2, v2-paragon, v3, v3-paragon, then ``compat promote v1 --against none``,
+of v1, v2, v2-paragon, v3, v3-paragon (the default pipeline's paragons then; v2-scratch and
+v3-scratch since issue 40), then ``compat promote v1 --against none``,
 ``compat promote v2 --against v1``, ``compat promote v3 --against v2``, and this script.
 """
 
