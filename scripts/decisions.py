@@ -224,6 +224,18 @@ def verdict_agreement(folder: str) -> dict[str, Any] | None:
         if not kept and t["passes"]:
             out["refused_passing"].append(name)
     out["decided_on"] = sorted(out["decided_on"])
+    # psi of an outside model (its forward cell beside the maps): its own check (the upgrade
+    # stage) compares with the model's raw queries, not with keeping the old model.
+    fitted = (_json(f"{folder}/compat.json") or {}).get("forward", {})
+    psis: dict[str, bool] = {}
+    for name in names:
+        t, new = cells[name]["metrics"]["identification"]["top1"], cells[name]["new"]
+        psi = (fitted.get(new) or {}).get("psi") or {}
+        if "forward_minus_old" in t and new not in psis and "refused" in psi:
+            hi = (t["forward_minus_old"].get("interval") or [None, None])[1]
+            psis[new] = not psi["refused"] and hi is not None and hi < 0
+    out["psi"] = sorted(psis)
+    out["psi_kept_losing"] = sorted(n for n, losing in psis.items() if losing)
     return out
 
 
@@ -241,6 +253,13 @@ def map_verdicts() -> str:
             f"{len(a['refused_passing'])} refused that would pass"
             + (f" ({', '.join(a['refused_passing'])})" if a["refused_passing"] else ""),
         ]
+        if a["psi"]:
+            losing = a["psi_kept_losing"]
+            parts.append(
+                f"psi of {len(a['psi'])} outside model(s): {len(losing)} kept by its own check "
+                "(against the model's raw queries) while losing to keeping the old model beyond "
+                "the interval" + (f" ({', '.join(losing)})" if losing else "")
+            )
         lines.append(
             f"- {name}: {a['maps']} maps, checked on {' and '.join(a['decided_on'])}: "
             + "; ".join(parts)

@@ -565,6 +565,23 @@ def _psi_verdict(top1: dict[str, Any], target: float) -> str:
     )
 
 
+def _psi_check_note(metrics: str, new: str, psi: dict[str, Any] | None) -> str:
+    """Where psi was kept by its own check when fitted yet loses to keeping v1 on the evaluation
+    classes: say so. psi's check (the upgrade stage) compares M(new, psi(v1)) with the new
+    model's raw queries on v1's gallery, which is the alternative for a version trained
+    compatible with v1, not for a model with no tie to it (issue 42 item 3, open)."""
+    fitted = (_json(f"{metrics}/compat.json").get("forward", {}).get(new) or {}).get("psi") or {}
+    if not psi or psi["lower_bound"] > 0 or "refused" not in fitted or fitted["refused"]:
+        return ""
+    return (
+        f" psi was kept by its own check when fitted (held-out top-1 gain over {new}'s raw "
+        f"queries on v1's gallery, lower bound {100 * fitted['held_out_lower_bound']:+.1f} "
+        "points), which does not compare with keeping v1: for a model with no tie to v1 only the "
+        "gate refuses it (a contract with `serve: backfill` judges M(new, psi(v1)) against "
+        "M(v1, v1) as above)."
+    )
+
+
 def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
     """The reference cells of the scratch table, the target's verdict and the served pairs'
     partial-backfill curves, from a pipeline's committed metrics (experiments/adapters')."""
@@ -578,10 +595,14 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
         m = cells[names[0]]["metrics"]["identification"]
         t, a = m["top1"], m["mAP"]
         bct = cells[names[0]]["bct"]
+        ref = (
+            f"BCT's M({bct}, v1) {pair(t.get('bct'), a.get('bct'))}"
+            if bct
+            else "no BCT version on its data (v1's own)"
+        )
         out.append(
-            f"{new}: M(v1, v1) {pair(t['old'], a['old'])}, BCT's M({bct}, v1) "
-            f"{pair(t.get('bct'), a.get('bct'))}, a full re-embedding M({new}, {new}) "
-            f"{pair(t['self'], a['self'])}."
+            f"{new}: M(v1, v1) {pair(t['old'], a['old'])}, {ref}, a full re-embedding "
+            f"M({new}, {new}) {pair(t['self'], a['self'])}."
         )
         # The best configuration compat may serve (kept by its own check when fitted: the gate
         # serves no refused map), as evaluate-adapters ranks them; where every map was refused,
@@ -607,6 +628,32 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
                 + f"; target (beat M(v1, v1) with its lower bound and reach {target:.2f} of it) "
                 f"for a query configuration: {'met' if met else 'not met'}"
                 + (_psi_verdict(bt, target) if _psi_share(bt) else ".")
+            )
+        else:
+            # No BCT version to share against (a model retrained on v1's own data): the gate's
+            # comparison alone, keeping v1 against the best (or closest) configuration and psi.
+            beats = bt["adapted_minus_old"]["lower_bound"]
+            psi = bt.get("forward_minus_old")
+            head = (
+                f"Its best served configuration ({best})" if kept else
+                "Every query configuration was refused by its own check when fitted, so none is "
+                f"served; the closest ({best})"
+            )  # fmt: skip
+            out.append(
+                f"{head}: {100 * bt['adapted_minus_old']['value']:+.1f} "
+                f"top-1 over M(v1, v1) (lower bound {100 * beats:+.1f})"
+                + (
+                    f"; psi on the gallery M({new}, psi(v1)) {pct(bt['forward'])} top-1 (lower "
+                    f"bound {100 * psi['lower_bound']:+.1f} over M(v1, v1))"
+                    if psi
+                    else ""
+                )
+                + (
+                    ". None beats keeping v1 on the evaluation classes either."
+                    if not kept and beats <= 0 and (not psi or psi["lower_bound"] <= 0)
+                    else "."
+                )
+                + _psi_check_note(metrics, new, psi)
             )
         if bt.get("curve"):
             curve = ", ".join(pct(p["value"]) for p in bt["curve"])
