@@ -89,7 +89,9 @@ def _psi(folder: str) -> list[str]:
         t = entry["metrics"]["identification"]["top1"]
         if "forward" in t and entry["new"] not in out:
             lb = (t.get("forward_minus_old") or {}).get("lower_bound")
-            out[entry["new"]] = f"{entry['new']}: {_pct(t['forward'])}{_bound(lb)}"
+            psi = ((_json(f"{folder}/compat.json") or {}).get("forward", {}).get(entry["new"]) or {}).get("psi") or {}  # fmt: skip
+            refused = " (psi refused: the identity)" if psi.get("refused") else ""
+            out[entry["new"]] = f"{entry['new']}: {_pct(t['forward'])}{_bound(lb)}{refused}"
     if not out:
         for version, per in (_json(f"{folder}/forward.json") or {}).items():
             t = per.get("identification", {}).get("top1")
@@ -224,8 +226,8 @@ def verdict_agreement(folder: str) -> dict[str, Any] | None:
         if not kept and t["passes"]:
             out["refused_passing"].append(name)
     out["decided_on"] = sorted(out["decided_on"])
-    # psi of an outside model (its forward cell beside the maps): its own check (the upgrade
-    # stage) compares with the model's raw queries, not with keeping the old model.
+    # psi of an outside model (its forward cell beside the maps): kept when fitted (its checks
+    # in the upgrade stage) yet losing to keeping the old model on the evaluation classes.
     fitted = (_json(f"{folder}/compat.json") or {}).get("forward", {})
     psis: dict[str, bool] = {}
     for name in names:
@@ -256,9 +258,9 @@ def map_verdicts() -> str:
         if a["psi"]:
             losing = a["psi_kept_losing"]
             parts.append(
-                f"psi of {len(a['psi'])} outside model(s): {len(losing)} kept by its own check "
-                "(against the model's raw queries) while losing to keeping the old model beyond "
-                "the interval" + (f" ({', '.join(losing)})" if losing else "")
+                f"psi of {len(a['psi'])} outside model(s): {len(losing)} kept when fitted while "
+                "losing to keeping the old model beyond the interval"
+                + (f" ({', '.join(losing)})" if losing else "")
             )
         lines.append(
             f"- {name}: {a['maps']} maps, checked on {' and '.join(a['decided_on'])}: "

@@ -537,8 +537,9 @@ def adapters_scratch(metrics: str = SCRATCH) -> str:
                 f"{fit['apply_us_per_query']:.1f} |"
             )
         if "forward" in t0:
+            refused = " (refused when fitted: the identity)" if _psi_fitted(metrics, new).get("refused") else ""  # fmt: skip
             rows.append(
-                f"| {new} | psi on v1's gallery (no query map) | {pct(t0['forward'])}"
+                f"| {new} | psi on v1's gallery (no query map){refused} | {pct(t0['forward'])}"
                 f"{_ival(t0, 'forward')} | {pct(a0['forward'])} | "
                 f"{100 * t0['forward_minus_old']['lower_bound']:+.1f} | "
                 f"{_share_text(_psi_share(t0))} | | | |"
@@ -565,21 +566,34 @@ def _psi_verdict(top1: dict[str, Any], target: float) -> str:
     )
 
 
+def _psi_fitted(metrics: str, new: str) -> dict[str, Any]:
+    """What the upgrade stage decided of psi into ``new``'s space (metrics/compat.json's
+    forward provenance): ``refused`` is its reason, or None when kept; {} without one."""
+    forward = (_json(f"{metrics}/compat.json") or {}).get("forward", {})
+    return (forward.get(new) or {}).get("psi") or {}
+
+
 def _psi_check_note(metrics: str, new: str, psi: dict[str, Any] | None) -> str:
-    """Where psi was kept by its own check when fitted yet loses to keeping v1 on the evaluation
-    classes: say so. psi's check (the upgrade stage) compares M(new, psi(v1)) with the new
-    model's raw queries on v1's gallery, which is the alternative for a version trained
-    compatible with v1, not for a model with no tie to it (issue 42 item 3, open)."""
-    fitted = (_json(f"{metrics}/compat.json").get("forward", {}).get(new) or {}).get("psi") or {}
-    if not psi or psi["lower_bound"] > 0 or "refused" not in fitted or fitted["refused"]:
+    """How psi's checks when fitted went, where the notes need it: refused on the validation
+    classes as the gate judges (its row is then the identity: no upgrade), or kept yet losing
+    to keeping v1 on the evaluation classes (a disagreement of psi's verdict and the gate's,
+    counted in docs/decisions.md)."""
+    fitted = _psi_fitted(metrics, new)
+    if "refused" not in fitted:
         return ""
-    return (
-        f" psi was kept by its own check when fitted (held-out top-1 gain over {new}'s raw "
-        f"queries on v1's gallery, lower bound {100 * fitted['held_out_lower_bound']:+.1f} "
-        "points), which does not compare with keeping v1: for a model with no tie to v1 only the "
-        "gate refuses it (a contract with `serve: backfill` judges M(new, psi(v1)) against "
-        "M(v1, v1) as above)."
-    )
+    if fitted["refused"]:
+        where = "on the validation classes as the gate judges" if "as the gate judges" in fitted["refused"] else "on held-out training classes"  # fmt: skip
+        return (
+            f" psi into {new}'s space was refused when fitted ({where}: it did not beat "
+            f"{'keeping v1' if 'as the gate judges' in fitted['refused'] else 'no upgrade'}), "
+            "so the gallery is left as it is: its row is the identity."
+        )
+    if psi and psi["lower_bound"] <= 0:
+        return (
+            " psi was kept by its checks when fitted, yet does not beat keeping v1 on the "
+            "evaluation classes with the gate's confidence."
+        )
+    return ""
 
 
 def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
@@ -655,7 +669,7 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
                 )
                 + _psi_check_note(metrics, new, psi)
             )
-        if bt.get("curve"):
+        if bt.get("curve") and not _psi_fitted(metrics, new).get("refused"):
             curve = ", ".join(pct(p["value"]) for p in bt["curve"])
             how = f"Served through {best}" if kept else f"Through {best}, were it served,"
             out.append(

@@ -7,16 +7,19 @@ trained on, from its card); writes ``models/<version>/upgrade/{weights.safetenso
 metrics.json}``.
 
 psi never makes the gallery worse than leaving it alone (:mod:`compat.maps.psi_fit`): when its
-held-out retrieval does not beat the old gallery as it is, the stage says so, writes the
+held-out retrieval does not beat the old gallery as it is, or, where ``splits/validation.json``
+exists (``--check-split``), when the upgraded gallery does not beat keeping the old model there
+as the gate judges (M(new, psi(old)) against M(old, old)), the stage says so, writes the
 identity psi with a card whose ``refused`` names the numbers, and exits 0 (the pipeline goes on;
 evaluate's forward section then equals backward, and ``compat backfill`` reports no upgrade).
 
-Usage: ``python stages/upgrade.py v2 [--no-progress] [--params params.yaml]``.
+Usage: ``python stages/upgrade.py v2 [--no-progress] [--params params.yaml] [--check-split F]``.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from compat.stage import run_stage, training_set, version_parser, version_section
 
@@ -24,6 +27,11 @@ from compat.stage import run_stage, training_set, version_parser, version_sectio
 def main(argv: list[str] | None = None) -> int:
     """Run the stage; ``argv`` None (an in-process caller) means no arguments."""
     parser = version_parser(__doc__)
+    parser.add_argument(
+        "--check-split",
+        default="splits/validation.json",
+        help="the held-out set psi is judged on as the gate judges (when it exists)",
+    )
     args = parser.parse_args([] if argv is None else argv)
 
     def body() -> None:
@@ -32,12 +40,21 @@ def main(argv: list[str] | None = None) -> int:
         cfg = version_section(
             args, "upgrade", UpgradeConfig, "no upgrade module declared (declared: {known})"
         )
-        from compat.maps.psi_fit import UpgradeData, plan_upgrade, train_upgrade
+        from compat.maps.psi_fit import HeldOutSet, UpgradeData, plan_upgrade, train_upgrade
 
         plan = plan_upgrade(args.version, cfg, args.models)  # every check before data loads
         split = plan.new_card.split or args.version
         source, manifest = training_set(args.source, args.splits, split)
         images = source.load(manifest.items)
+        check = None
+        if Path(args.check_split).is_file():
+            from compat.data.split import load_eval_manifest
+
+            held = load_eval_manifest(args.check_split)
+            check = HeldOutSet(
+                f"split:{Path(args.check_split).stem}", held, source.load(held.items),
+                held.fingerprint,
+            )  # fmt: skip
         card = train_upgrade(
             args.version,
             cfg,
@@ -51,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             plan=plan,
             progress=False if args.no_progress else None,
             labels=manifest.labels,
+            check=check,
         )
         print(_summary(card))
 
@@ -78,9 +96,16 @@ def _summary(card) -> str:
             f"{head}: REFUSED: {card.refused.reason}; wrote the identity, so evaluate and "
             f"compat backfill see no upgrade"
         )
+    verdict = m.get("verdict") or {}
+    judged = (
+        f"; on {verdict['set']} as the gate judges: {verdict['served']:.4f} served, "
+        f"{verdict['old_self']:.4f} M(old, old), lower bound {verdict['lower_bound']:+.4f}"
+        if verdict.get("lower_bound") is not None
+        else ""
+    )
     return (
         f"{head}; best held-out epoch {m.get('best_epoch')} of {m.get('epochs_run')}: top-1 "
-        f"{num('val_top1')}{without}, cosine {num('val_cosine')}; "
+        f"{num('val_top1')}{without}, cosine {num('val_cosine')}{judged}; "
         f"weights {card.weights_sha256[:12]}"
     )
 

@@ -22,6 +22,10 @@ the held-out queries) is *refused*: the identity is saved instead and the card's
 says why, so evaluate, promote and ``compat backfill`` see "no upgrade". Those held-out
 numbers (the split, top-1, the gain's lower bound) are :mod:`compat.maps.psi_heldout`'s; this
 module is the loop that uses them, and the ``upgrade`` stage's fit of a version.
+
+That check asks whether psi beats no upgrade, not whether the upgraded gallery beats keeping
+the old model, which the gate asks (``serve: backfill``). With a validation split, a psi that
+passed is also judged there as the gate judges (:func:`judged`; issue 42).
 Runs are deterministic on the CPU for a given seed (deterministic algorithms, seeded init,
 seeded shuffling).
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,17 @@ class UpgradeData:
     split: str
     data_fingerprint: str
     source_fingerprint: str
+
+
+@dataclass(frozen=True)
+class HeldOutSet:
+    """The validation split (classes no training set holds): its manifest and its items'
+    uint8 images, on which a psi is judged as the gate judges (:func:`judged`)."""
+
+    name: str  # "split:validation"
+    manifest: Any  # compat.data.split.EvalManifest
+    images: np.ndarray  # uint8 (n, H, W, C), one per manifest item
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -314,6 +329,34 @@ def fit_upgrade(
     return UpgradeFit(psi.cpu(), rows, summary, seconds, refused)
 
 
+def judged(
+    fit: UpgradeFit,
+    check: HeldOutSet,
+    old: np.ndarray,
+    new: np.ndarray,
+    cfg: UpgradeConfig,
+    seed: int,
+) -> UpgradeFit:
+    """``fit`` judged on ``check`` as the gate judges a gallery served through psi
+    (:func:`compat.maps.verdict.check_psi`; ``old``, ``new``: both versions' rows of the set's
+    items): the numbers go into the summary (``verdict``), and a psi that fails is refused and
+    replaced by the identity, as :func:`fit_upgrade` refuses one. A psi already refused, or one
+    between spaces of other widths (no identity to fall back on), is returned as it is."""
+    if fit.refused is not None or old.shape[1] != new.shape[1]:
+        return fit
+    from compat.maps.verdict import check_psi
+
+    held, refusal = check_psi(fit.psi, old, new, check, cfg)
+    summary = {**fit.summary, "verdict": held.model_dump()}
+    if refusal is None:
+        return replace(fit, summary=summary)
+    torch.manual_seed(seed)  # the same bytes as fit_upgrade's identity
+    identity = UpgradeModule(old.shape[1], new.shape[1], cfg.hidden, cfg.blocks, True).eval()
+    reason = f"{refusal.reason}; psi is the identity (no upgrade)"
+    refused = UpgradeRefusal(reason=reason, metric="top1", psi=refusal.mapped)
+    return replace(fit, psi=identity, summary=summary, refused=refused)
+
+
 def _state(psi: UpgradeModule) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in psi.state_dict().items()}
 
@@ -350,12 +393,14 @@ def train_upgrade(
     progress: bool | None = None,
     quiet: bool = False,
     labels: Sequence[Any] | None = None,
+    check: HeldOutSet | None = None,
 ) -> UpgradeCard:
     """Fit psi from ``plan.source`` into ``version`` on uint8 (n, H, W, C) ``images`` (the new
     version's training images); write ``<out_dir>/{weights.safetensors,card.json,metrics.json}``
     (default ``models/<version>/upgrade/``) and return the card. ``labels`` (the images'
-    classes) make the held-out pairs whole classes (:func:`fit_upgrade`); a refused fit writes
-    the identity psi and a card whose ``refused`` says why."""
+    classes) make the held-out pairs whole classes (:func:`fit_upgrade`); ``check`` (the
+    validation split) judges a psi that passed as the gate would (:func:`judged`); a refused fit
+    writes the identity psi and a card whose ``refused`` says why."""
     from compat.data.transforms import TRANSFORM_ID
     from compat.io import fingerprint, write_json
     from compat.models.version import load_version, package_versions
@@ -379,6 +424,12 @@ def train_upgrade(
     old_emb, new_emb = embedding_pairs(
         parent_model, new_model, arr, cfg.embed_batch_size, str(device)
     )
+    check_rows = (
+        embedding_pairs(parent_model, new_model, np.asarray(check.images), cfg.embed_batch_size,
+                        str(device))
+        if check is not None
+        else None
+    )  # fmt: skip
     del parent_model, new_model
     seed = derive_seed(cfg.seed, f"{version}/upgrade")
     if labels is not None and len(labels) != len(arr):
@@ -386,6 +437,8 @@ def train_upgrade(
     fit = fit_upgrade(
         old_emb, new_emb, cfg, seed=seed, progress=progress, quiet=quiet, labels=labels
     )
+    if check is not None and check_rows is not None:
+        fit = judged(fit, check, *check_rows, cfg, seed)
 
     out = Path(out_dir) if out_dir is not None else upgrade_folder(models_dir, version)
     # Every field but psi's shape, kind, schema and digest, which save_upgrade adds.
@@ -425,11 +478,13 @@ def train_upgrade(
 
 
 __all__ = [
+    "HeldOutSet",
     "UpgradeData",
     "UpgradeFit",
     "UpgradePlan",
     "embedding_pairs",
     "fit_upgrade",
+    "judged",
     "plan_upgrade",
     "train_upgrade",
     "upgrade_loss",

@@ -139,4 +139,22 @@ def check_on_set(
     )
 
 
-__all__ = ["METRIC", "STREAM", "CheckSet", "check_on_set"]
+def check_psi(
+    psi: Any, old: np.ndarray, new: np.ndarray, held_out: Any, cfg: Any
+) -> tuple[SetCheck, MapRefusal | None]:
+    """psi (:class:`compat.maps.psi.UpgradeModule`) judged on ``held_out``
+    (:class:`compat.maps.psi_fit.HeldOutSet`; ``old``, ``new``: both versions' rows of its items)
+    as the gate judges a version served through it (``serve: backfill``): M(new, psi(old))
+    against M(old, old), with the rules of its :class:`~compat.maps.psi_config.UpgradeConfig`
+    ``cfg`` (confidence, min_gain, refuse). psi's own held-out check asks whether it beats no
+    upgrade, M(new, old); for a model with no tie to the old one that bar is near chance, and a
+    psi kept by it lost 25 points to keeping the old model (issue 42)."""
+    from compat.maps.config import CheckConfig
+    from compat.maps.psi import upgrade_array
+
+    check_set = CheckSet(held_out.name, held_out.manifest, new, old, held_out.fingerprint)
+    rules = CheckConfig(confidence=cfg.confidence, min_gain=cfg.min_gain, refuse=cfg.refuse)
+    return check_on_set(new, upgrade_array(psi, old), check_set, rules, kind="gallery")
+
+
+__all__ = ["METRIC", "STREAM", "CheckSet", "check_on_set", "check_psi"]

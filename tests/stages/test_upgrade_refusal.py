@@ -123,3 +123,42 @@ def test_stage_reports_the_held_out_top1_of_a_kept_psi(in_tmp, capsys):
     else:
         assert f"top-1 {m['val_top1']:.3f} (without psi {m['val_top1_without_upgrade']:.3f})" in out
         assert m["val_top1"] > m["val_top1_without_upgrade"]
+
+
+def _validation(root: Path, manifest) -> None:
+    """splits/validation.json over the tiny source's items (item k is of class k % 8): each
+    class's items of even k // 8 as queries, the others as its gallery (the stage reads it as
+    the held-out set psi is judged on)."""
+    from compat.data.split import EvalManifest
+    from compat.io import fingerprint, write_json
+
+    body = {"source_fingerprint": manifest.source_fingerprint, "items": manifest.items,
+            "labels": manifest.labels, "query": [k for k in range(48) if k // 8 % 2 == 0],
+            "gallery": [k for k in range(48) if k // 8 % 2], "nonmated_classes": [],
+            "pairs": []}  # fmt: skip
+    write_json(root / "splits" / "validation.json",
+               EvalManifest(**body, fingerprint=fingerprint(body)).model_dump())  # fmt: skip
+
+
+def test_stage_judges_a_kept_psi_on_the_validation_split_as_the_gate_does(in_tmp, capsys):
+    """Issue 42: with splits/validation.json, a psi its own check kept is judged there against
+    M(old, old): the card records the numbers, and the line says which way it went."""
+    _project(in_tmp, {"v2": {**CFG, "refuse": False}}, same_weights=False)
+    import json as _json
+
+    split = _json.loads((in_tmp / "splits" / "v2.json").read_text())
+    from compat.data.split import TrainManifest
+
+    _validation(in_tmp, TrainManifest(**split))
+    assert _stage()(["v2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    card = json.loads((in_tmp / "models" / "v2" / "upgrade" / "card.json").read_text())
+    v = card["metrics"]["verdict"]
+    assert v["set"] == "split:validation" and v["queries"] == 24 and v["metric"] == "top1"
+    assert v["difference"] == pytest.approx(v["served"] - v["old_self"])
+    assert f"on split:validation as the gate judges: {v['served']:.4f} served" in out
+    assert "refused" not in card  # refuse: false records the verdict, keeps the fit
+    # Without the file (or with --check-split elsewhere), no verdict: the held-out check alone.
+    assert _stage()(["v2", "--no-progress", "--check-split", "nothing.json"]) == 0
+    card = json.loads((in_tmp / "models" / "v2" / "upgrade" / "card.json").read_text())
+    assert "verdict" not in card["metrics"]
