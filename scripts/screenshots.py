@@ -18,9 +18,10 @@ answer.
 
 docs/img was made from a copy of the project after ``dvc repro`` (models/, contracts/,
 splits/, data/, cache/, plots/, metrics/, params.yaml in a scratch folder): ``compat register``
-of v1, v2, v2-paragon, v3, v3-paragon (the default pipeline's paragons then; v2-scratch and
-v3-scratch since issue 40), then ``compat promote v1 --against none``,
-``compat promote v2 --against v1``, ``compat promote v3 --against v2``, and this script.
+of v1, v2, v2-scratch, v3, v3-scratch, then ``compat promote v1``, ``compat promote v2
+--against v1``, ``compat promote v3 --against v2``, and this script (2026-12-06). The training
+curves (``mlflow-run-metrics.png``, v3's run, the same weights) are kept from the set made before
+the paragons changed: headless Chromium left those charts loading that time.
 """
 
 from __future__ import annotations
