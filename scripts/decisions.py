@@ -85,11 +85,12 @@ def _psi(folder: str) -> list[str]:
     """psi's forward cells: an outside model's (adapted entries), else the chain's
     (forward.json)."""
     out: dict[str, str] = {}
+    fitted = (_json(f"{folder}/compat.json") or {}).get("forward", {})
     for entry in (_json(f"{folder}/adapted.json") or {}).values():
         t = entry["metrics"]["identification"]["top1"]
         if "forward" in t and entry["new"] not in out:
             lb = (t.get("forward_minus_old") or {}).get("lower_bound")
-            psi = ((_json(f"{folder}/compat.json") or {}).get("forward", {}).get(entry["new"]) or {}).get("psi") or {}  # fmt: skip
+            psi = (fitted.get(entry["new"]) or {}).get("psi") or {}
             refused = " (psi refused: the identity)" if psi.get("refused") else ""
             out[entry["new"]] = f"{entry['new']}: {_pct(t['forward'])}{_bound(lb)}{refused}"
     if not out:
@@ -205,7 +206,10 @@ def verdict_agreement(folder: str) -> dict[str, Any] | None:
     """How often a pipeline's maps' own check and the gate's criterion on the evaluation set
     disagree: maps kept by their check that do not pass (``kept_failing``; of them, losing to
     keeping the old model beyond the interval, ``kept_losing``: the difference's upper bound
-    below 0) and maps refused that pass (``refused_passing``). None without maps."""
+    below 0) and maps refused that pass (``refused_passing``); the outside models with a psi
+    (``psi``) and those whose psi was kept when fitted yet loses beyond the interval
+    (``psi_kept_losing``: with a validation split, only a psi fitted with ``refuse: false`` or
+    between other widths can). None without maps."""
     cells = _json(f"{folder}/adapted.json") or {}
     fits = _json(f"{folder}/adapters.json") or {}
     names = [n for n in cells if n in fits]

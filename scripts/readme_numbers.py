@@ -124,6 +124,12 @@ PARAGON_KINDS = {
 def _paragon_kind(paragons: dict[str, str], params_rel: str = "params.yaml") -> str:
     """``fine-tuned`` when every paragon starts from a parent (its params fine-tune it), else
     ``papers'`` when none does; a pipeline mixing the two is an error, not a sentence."""
+    import yaml
+
+    train = yaml.safe_load((ROOT / params_rel).read_text("utf-8"))["train"]
+    missing = [p for p in paragons.values() if p not in train]
+    if not paragons or missing:
+        raise SystemExit(f"error: {params_rel}: evaluate.paragon: {missing or 'none'} not in train")
     tuned = [_fine_tunes(p, params_rel) is not None for p in paragons.values()]
     if tuned and all(tuned):
         return "fine-tuned"

@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = version_parser(__doc__)
     parser.add_argument(
         "--check-split",
-        default="splits/validation.json",
-        help="the held-out set psi is judged on as the gate judges (when it exists)",
+        default=None,
+        help="the held-out set psi is judged on as the gate judges, when it exists (default: "
+        "validation.json in --splits)",
     )
     args = parser.parse_args([] if argv is None else argv)
 
@@ -47,14 +48,20 @@ def main(argv: list[str] | None = None) -> int:
         source, manifest = training_set(args.source, args.splits, split)
         images = source.load(manifest.items)
         check = None
-        if Path(args.check_split).is_file():
+        path = Path(args.check_split or Path(args.splits) / "validation.json")
+        if path.is_file():
             from compat.data.split import load_eval_manifest
+            from compat.errors import BadInputError
 
-            held = load_eval_manifest(args.check_split)
+            held = load_eval_manifest(path)
+            if held.source_fingerprint != source.fingerprint:  # as training_set checks a split
+                raise BadInputError(
+                    f"{path}: made from source {held.source_fingerprint}, but the source is now "
+                    f"{source.fingerprint}; re-run the split stage"
+                )
             check = HeldOutSet(
-                f"split:{Path(args.check_split).stem}", held, source.load(held.items),
-                held.fingerprint,
-            )  # fmt: skip
+                f"split:{path.stem}", held, source.load(held.items), held.fingerprint
+            )
         card = train_upgrade(
             args.version,
             cfg,

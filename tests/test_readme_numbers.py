@@ -117,3 +117,11 @@ def test_each_paragon_is_named_by_its_kind_from_the_params(tmp_path, monkeypatch
     monkeypatch.setattr(numbers, "ROOT", tmp_path)
     with pytest.raises(SystemExit, match="mixes fine-tuned and from-scratch"):
         numbers._paragon_kind({"v2": "a", "v3": "b"})
+
+
+def test_a_paragon_missing_from_train_is_an_error_not_a_kind():
+    numbers = _script()
+    with pytest.raises(SystemExit, match=r"evaluate.paragon: \['v3-scratchh'\] not in train"):
+        numbers._paragon_kind({"v3": "v3-scratchh"})
+    with pytest.raises(SystemExit, match="none not in train"):
+        numbers._paragon_kind({})

@@ -86,17 +86,23 @@ class UpgradeConfig(BaseModel):
     refuse: bool = Field(
         True,
         description="save the identity instead of a psi whose held-out top-1 does not beat "
-        "the old gallery left alone (equal dims only)",
+        "the old gallery left alone, or, where the pipeline has a validation split, whose "
+        "M(new, psi(old)) there does not beat M(old, old) as the gate judges (equal dims only)",
     )
     min_gain: float = Field(
-        0.0, ge=0, description="held-out top-1 psi must add over no upgrade to be kept"
+        0.0,
+        ge=0,
+        lt=1,
+        description="held-out top-1 psi must add over no upgrade (and, on the validation split, "
+        "over M(old, old)) to be kept (below 1: top-1 is a share)",
     )
     confidence: float = Field(
         0.95,
         gt=0,
         lt=1,
         description="psi is kept only if the one-sided lower bound of its held-out top-1 gain "
-        "at this level is above min_gain (0.5: the gain itself)",
+        "(and of its gain over M(old, old) on the validation split) at this level is above "
+        "min_gain (0.5: the gain itself)",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
 

@@ -340,15 +340,16 @@ def judged(
     """``fit`` judged on ``check`` as the gate judges a gallery served through psi
     (:func:`compat.maps.verdict.check_psi`; ``old``, ``new``: both versions' rows of the set's
     items): the numbers go into the summary (``verdict``), and a psi that fails is refused and
-    replaced by the identity, as :func:`fit_upgrade` refuses one. A psi already refused, or one
-    between spaces of other widths (no identity to fall back on), is returned as it is."""
-    if fit.refused is not None or old.shape[1] != new.shape[1]:
+    replaced by the identity, as :func:`fit_upgrade` refuses one. A psi already refused is
+    returned as it is; one between spaces of other widths is judged and recorded but kept (no
+    identity to fall back on, as :func:`fit_upgrade` never refuses one)."""
+    if fit.refused is not None:
         return fit
     from compat.maps.verdict import check_psi
 
     held, refusal = check_psi(fit.psi, old, new, check, cfg)
     summary = {**fit.summary, "verdict": held.model_dump()}
-    if refusal is None:
+    if refusal is None or old.shape[1] != new.shape[1]:
         return replace(fit, summary=summary)
     torch.manual_seed(seed)  # the same bytes as fit_upgrade's identity
     identity = UpgradeModule(old.shape[1], new.shape[1], cfg.hidden, cfg.blocks, True).eval()

@@ -88,9 +88,20 @@ def test_refusal_off_records_the_verdict_and_keeps_psi():
     assert out.refused is None and out.summary["verdict"]["lower_bound"] < 0
 
 
-def test_an_already_refused_psi_and_other_widths_are_left_as_they_are():
+def test_an_already_refused_psi_is_left_as_it_is():
     fit, check, old, new = _case(old_noise=0.3, new_noise=1.6)
     refused = judged(fit, check, old, new, CFG, seed=0)
     assert judged(refused, check, old, new, CFG, seed=0) is refused
-    wide = np.hstack([new, new])
-    assert judged(fit, check, old, wide, CFG, seed=0) is fit
+
+
+def test_a_psi_between_other_widths_is_judged_and_recorded_but_kept():
+    # No identity to fall back on (fit_upgrade never refuses such a psi either): the verdict is
+    # recorded, so a loss to keeping the old model is still seen.
+    all_old, all_new, labels = _spaces(70, 8, 0.3, 1.6, seed=0)
+    wide = np.hstack([all_new, all_new]) / np.sqrt(2)
+    rows = slice(0, 40 * 8)
+    fit = fit_upgrade(all_old[rows], wide[rows], CFG, labels=labels[rows], quiet=True)
+    check = HeldOutSet("split:validation", _held_out(labels[40 * 8 :]), np.zeros((0,)), "f" * 16)
+    out = judged(fit, check, all_old[40 * 8 :], wide[40 * 8 :], CFG, seed=0)
+    assert out.refused is None and out.psi is fit.psi
+    assert out.summary["verdict"]["lower_bound"] < 0

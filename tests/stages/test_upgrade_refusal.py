@@ -162,3 +162,54 @@ def test_stage_judges_a_kept_psi_on_the_validation_split_as_the_gate_does(in_tmp
     assert _stage()(["v2", "--no-progress", "--check-split", "nothing.json"]) == 0
     card = json.loads((in_tmp / "models" / "v2" / "upgrade" / "card.json").read_text())
     assert "verdict" not in card["metrics"]
+
+
+def test_stage_refuses_a_psi_that_loses_to_the_old_model_on_the_validation_split(
+    in_tmp, capsys, monkeypatch
+):
+    """The verdict's refusal through the stage: REFUSED with the verdict's reason, exit 0, the
+    identity saved and the card's refused set, its numbers in metrics.verdict. The verdict
+    itself (M(new, psi(old)) against M(old, old)) is tests/maps/test_psi_verdict.py's; here it
+    is made to fail, whatever the tiny models score."""
+    from compat.maps import verdict
+    from compat.maps.card import MapRefusal, SetCheck
+
+    _project(in_tmp, {"v2": {**CFG, "refuse": False}}, same_weights=False)
+    from compat.data.split import TrainManifest
+
+    _validation(in_tmp, TrainManifest(**json.loads((in_tmp / "splits" / "v2.json").read_text())))
+    cfg = {**CFG, "refuse": True}
+    (in_tmp / "params.yaml").write_text(yaml.safe_dump({"upgrade": {"v2": cfg}}))
+    held = SetCheck(set="split:validation", metric="top1", queries=24, served=0.25, old_self=0.5,
+                    difference=-0.25, lower_bound=-0.4, confidence=0.95, min_gain=0.0,
+                    resamples=10)  # fmt: skip
+    refusal = MapRefusal(reason="on split:validation (...), as the gate judges: lost", mapped=0.25)
+    monkeypatch.setattr(verdict, "check_psi", lambda *a, **k: (held, refusal))
+    # The held-out check passes whatever the tiny models score (its own refusal is tested
+    # above), so the verdict is the one that refuses.
+    from compat.maps import psi_fit
+
+    fit = psi_fit.fit_upgrade
+    monkeypatch.setattr(psi_fit, "fit_upgrade", lambda o, n, c, **k: fit(o, n, c.model_copy(update={"refuse": False}), **k))  # fmt: skip
+    assert _stage()(["v2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    card = json.loads((in_tmp / "models" / "v2" / "upgrade" / "card.json").read_text())
+    assert (
+        "REFUSED: on split:validation (...), as the gate judges: lost; psi is the identity" in out
+    )
+    assert card["refused"]["psi"] == 0.25 and card["metrics"]["verdict"]["lower_bound"] == -0.4
+    from compat.models.card import read_upgrade_card
+
+    assert read_upgrade_card(in_tmp / "models" / "v2" / "upgrade").is_refused
+
+
+def test_a_validation_split_of_another_source_is_exit_4_before_any_fit(in_tmp, capsys):
+    _project(in_tmp, {"v2": CFG}, same_weights=False)
+    from compat.data.split import TrainManifest
+
+    split = TrainManifest(**json.loads((in_tmp / "splits" / "v2.json").read_text()))
+    _validation(in_tmp, split.model_copy(update={"source_fingerprint": "0" * 16}))
+    assert _stage()(["v2", "--no-progress"]) == 4
+    err = capsys.readouterr().err
+    assert "splits/validation.json: made from source 0000000000000000" in err
+    assert not (in_tmp / "models" / "v2" / "upgrade" / "card.json").exists()
