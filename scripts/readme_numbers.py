@@ -84,13 +84,17 @@ def _gain_text(g: dict[str, Any]) -> str:
     return text
 
 
+def _train(params_rel: str) -> dict[str, Any]:
+    """The ``train`` section of a pipeline's params."""
+    import yaml
+
+    return yaml.safe_load((ROOT / params_rel).read_text("utf-8"))["train"]
+
+
 def _fine_tunes(version: str, params_rel: str = "params.yaml") -> str | None:
     """The version ``version`` starts from (its parent, when its params make it fine-tune), or
     None: ``init: parent``, or ``init: auto`` for the methods that fine-tune by default."""
-    import yaml
-
-    train = yaml.safe_load((ROOT / params_rel).read_text("utf-8"))["train"]
-    cfg = train.get(version) or {}
+    cfg = _train(params_rel).get(version) or {}
     init, parent = cfg.get("init", "auto"), cfg.get("parent")
     if parent and (init == "parent" or (init == "auto" and cfg.get("method") in ("bct", "bct-kd"))):
         return parent
@@ -124,9 +128,7 @@ PARAGON_KINDS = {
 def _paragon_kind(paragons: dict[str, str], params_rel: str = "params.yaml") -> str:
     """``fine-tuned`` when every paragon starts from a parent (its params fine-tune it), else
     ``papers'`` when none does; a pipeline mixing the two is an error, not a sentence."""
-    import yaml
-
-    train = yaml.safe_load((ROOT / params_rel).read_text("utf-8"))["train"]
+    train = _train(params_rel)
     missing = [p for p in paragons.values() if p not in train]
     if not paragons or missing:
         raise SystemExit(f"error: {params_rel}: evaluate.paragon: {missing or 'none'} not in train")
@@ -579,12 +581,11 @@ def _psi_fitted(metrics: str, new: str) -> dict[str, Any]:
     return (forward.get(new) or {}).get("psi") or {}
 
 
-def _psi_check_note(metrics: str, new: str, psi: dict[str, Any] | None) -> str:
-    """How psi's checks when fitted went, where the notes need it: refused on the validation
-    classes as the gate judges (its row is then the identity: no upgrade), or kept yet losing
-    to keeping v1 on the evaluation classes (a disagreement of psi's verdict and the gate's,
-    counted in docs/decisions.md)."""
-    fitted = _psi_fitted(metrics, new)
+def _psi_check_note(fitted: dict[str, Any], new: str, psi: dict[str, Any] | None) -> str:
+    """How psi's checks when fitted went (``fitted``: :func:`_psi_fitted`), where the notes need
+    it: refused on the validation classes as the gate judges (its row is then the identity: no
+    upgrade), or kept yet losing to keeping v1 on the evaluation classes (a disagreement of
+    psi's verdict and the gate's, counted in docs/decisions.md)."""
     if "refused" not in fitted:
         return ""
     if fitted["refused"]:
@@ -632,18 +633,22 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
         best = b["best_servable"] or b["best"]
         bt = cells[best]["metrics"]["identification"]["top1"]
         share = _recovery(bt)
+        fitted = _psi_fitted(metrics, new)
+        beats = bt["adapted_minus_old"]["lower_bound"]
+        head = (
+            f"Its best served configuration ({best})" if kept else
+            f"Every query configuration was refused by its own check when fitted, so none is "
+            f"served; the closest ({best})"
+        )  # fmt: skip
+        lead = (
+            f"{head}: {100 * bt['adapted_minus_old']['value']:+.1f} top-1 over M(v1, v1) "
+            f"(lower bound {100 * beats:+.1f})"
+        )
         if share is not None:
-            beats = bt["adapted_minus_old"]["lower_bound"]
             met = kept and _meets(share, beats, target)
             low = (bt.get("recovery") or {}).get("interval") or [None]
-            head = (
-                f"Its best served configuration ({best})" if kept else
-                f"Every query configuration was refused by its own check when fitted, so none is "
-                f"served; the closest ({best})"
-            )  # fmt: skip
             out.append(
-                f"{head}: {100 * bt['adapted_minus_old']['value']:+.1f} top-1 over M(v1, v1) "
-                f"(lower bound {100 * beats:+.1f}), {share:.2f} of BCT's M({bct}, v1) top-1"
+                f"{lead}, {share:.2f} of BCT's M({bct}, v1) top-1"
                 + (f" (95% interval {low[0]:.2f} to {low[1]:.2f})" if low[0] is not None else "")
                 + f"; target (beat M(v1, v1) with its lower bound and reach {target:.2f} of it) "
                 f"for a query configuration: {'met' if met else 'not met'}"
@@ -652,16 +657,9 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
         else:
             # No BCT version to share against (a model retrained on v1's own data): the gate's
             # comparison alone, keeping v1 against the best (or closest) configuration and psi.
-            beats = bt["adapted_minus_old"]["lower_bound"]
             psi = bt.get("forward_minus_old")
-            head = (
-                f"Its best served configuration ({best})" if kept else
-                "Every query configuration was refused by its own check when fitted, so none is "
-                f"served; the closest ({best})"
-            )  # fmt: skip
             out.append(
-                f"{head}: {100 * bt['adapted_minus_old']['value']:+.1f} "
-                f"top-1 over M(v1, v1) (lower bound {100 * beats:+.1f})"
+                lead
                 + (
                     f"; psi on the gallery M({new}, psi(v1)) {pct(bt['forward'])} top-1 (lower "
                     f"bound {100 * psi['lower_bound']:+.1f} over M(v1, v1))"
@@ -673,9 +671,9 @@ def adapters_scratch_notes(metrics: str = SCRATCH) -> str:
                     if not kept and beats <= 0 and (not psi or psi["lower_bound"] <= 0)
                     else "."
                 )
-                + _psi_check_note(metrics, new, psi)
+                + _psi_check_note(fitted, new, psi)
             )
-        if bt.get("curve") and not _psi_fitted(metrics, new).get("refused"):
+        if bt.get("curve") and not fitted.get("refused"):
             curve = ", ".join(pct(p["value"]) for p in bt["curve"])
             how = f"Served through {best}" if kept else f"Through {best}, were it served,"
             out.append(
