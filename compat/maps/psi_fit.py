@@ -310,8 +310,7 @@ def fit_upgrade(
                 ),
                 metric="top1",
             )
-            torch.manual_seed(seed)
-            psi = UpgradeModule(o.shape[1], t.shape[1], cfg.hidden, cfg.blocks, True).eval()
+            psi = _identity(o.shape[1], t.shape[1], cfg, seed)
         elif cfg.refuse and lower <= cfg.min_gain:
             refused = UpgradeRefusal(
                 reason=(
@@ -324,8 +323,7 @@ def fit_upgrade(
                 psi=top1,
                 backward=backward,
             )
-            torch.manual_seed(seed)  # the same bytes on every run
-            psi = UpgradeModule(o.shape[1], t.shape[1], cfg.hidden, cfg.blocks, True).eval()
+            psi = _identity(o.shape[1], t.shape[1], cfg, seed)
     return UpgradeFit(psi.cpu(), rows, summary, seconds, refused)
 
 
@@ -351,11 +349,17 @@ def judged(
     summary = {**fit.summary, "verdict": held.model_dump()}
     if refusal is None or old.shape[1] != new.shape[1]:
         return replace(fit, summary=summary)
-    torch.manual_seed(seed)  # the same bytes as fit_upgrade's identity
-    identity = UpgradeModule(old.shape[1], new.shape[1], cfg.hidden, cfg.blocks, True).eval()
+    identity = _identity(old.shape[1], new.shape[1], cfg, seed)
     reason = f"{refusal.reason}; psi is the identity (no upgrade)"
     refused = UpgradeRefusal(reason=reason, metric="top1", psi=refusal.mapped)
     return replace(fit, psi=identity, summary=summary, refused=refused)
+
+
+def _identity(in_dim: int, out_dim: int, cfg: UpgradeConfig, seed: int) -> UpgradeModule:
+    """The psi a refusal saves: residual with its branch at zero, so it leaves rows as they are;
+    seeded, so its bytes are the same on every run."""
+    torch.manual_seed(seed)
+    return UpgradeModule(in_dim, out_dim, cfg.hidden, cfg.blocks, True).eval()
 
 
 def _state(psi: UpgradeModule) -> dict[str, torch.Tensor]:
