@@ -96,9 +96,10 @@ def served_queries(
                     to_weights=made_by(g.meta), weights_origin="the files' meta records",
                     wanted=f"not {q.version or query_path} -> {g.version or gallery_path}"),
     )  # fmt: skip
-    how = f"{adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim}"
     if adapter.role != BLEND:
-        note = f"query rows mapped by the {adapter.kind} adapter {adapter.folder} ({how})"
+        note = (
+            f"query rows mapped by the {adapter.kind} adapter {adapter.folder} ({_spans(adapter)})"
+        )
         return adapter.apply(q.embeddings), note
     assert old_query is not None  # open_query_map: a blend without --old-query is exit 2
     rows, blended = blend_queries(adapter, q.embeddings, q.ids, query_path, old_query)
@@ -114,12 +115,17 @@ def blend_queries(
     the note). A file gallery's queries and a table gallery's older-space ones
     (:func:`compat.embeddings.table_search.score_table`) are both served here."""
     old = old_rows(adapter, old_query, ids, len(new_rows), query_path)
-    how = f"{adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim}"
     note = (
         f"blended (weight {adapter.card.blend.weight:g}) by the {adapter.kind} query blend "
-        f"{adapter.folder} ({how}): the adapted query and the old model's own from {old_query}"
+        f"{adapter.folder} ({_spans(adapter)}): the adapted query and the old model's own from "
+        f"{old_query}"
     )
     return adapter.queries(new_rows, old), note
+
+
+def _spans(adapter: Any) -> str:
+    """``v3-scratch -> v1, 128 -> 128``: the versions and widths a map joins, for the notes."""
+    return f"{adapter.from_} -> {adapter.to}, {adapter.in_dim} -> {adapter.out_dim}"
 
 
 def old_rows(
