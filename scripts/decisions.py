@@ -81,17 +81,24 @@ def _best_map(folder: str, role: str) -> list[str]:
     return [text for _, text in best.values()]
 
 
+def fitted_psi(folder: str) -> dict[str, dict[str, Any]]:
+    """What the upgrade stage decided of each psi a pipeline evaluated (its ``compat.json``
+    forward provenance), by the version psi maps into: ``refused`` is its reason, or None when
+    kept; {} without a forward section."""
+    forward = (_json(f"{folder}/compat.json") or {}).get("forward", {})
+    return {new: f.get("psi") or {} for new, f in forward.items()}
+
+
 def _psi(folder: str) -> list[str]:
     """psi's forward cells: an outside model's (adapted entries), else the chain's
     (forward.json)."""
     out: dict[str, str] = {}
-    fitted = (_json(f"{folder}/compat.json") or {}).get("forward", {})
+    fitted = fitted_psi(folder)
     for entry in (_json(f"{folder}/adapted.json") or {}).values():
         t = entry["metrics"]["identification"]["top1"]
         if "forward" in t and entry["new"] not in out:
             lb = (t.get("forward_minus_old") or {}).get("lower_bound")
-            psi = (fitted.get(entry["new"]) or {}).get("psi") or {}
-            refused = " (psi refused: the identity)" if psi.get("refused") else ""
+            refused = " (psi refused: the identity)" if fitted.get(entry["new"], {}).get("refused") else ""  # fmt: skip
             out[entry["new"]] = f"{entry['new']}: {_pct(t['forward'])}{_bound(lb)}{refused}"
     if not out:
         for version, per in (_json(f"{folder}/forward.json") or {}).items():
@@ -232,11 +239,11 @@ def verdict_agreement(folder: str) -> dict[str, Any] | None:
     out["decided_on"] = sorted(out["decided_on"])
     # psi of an outside model (its forward cell beside the maps): kept when fitted (its checks
     # in the upgrade stage) yet losing to keeping the old model on the evaluation classes.
-    fitted = (_json(f"{folder}/compat.json") or {}).get("forward", {})
+    fitted = fitted_psi(folder)
     psis: dict[str, bool] = {}
     for name in names:
         t, new = cells[name]["metrics"]["identification"]["top1"], cells[name]["new"]
-        psi = (fitted.get(new) or {}).get("psi") or {}
+        psi = fitted.get(new, {})
         if "forward_minus_old" in t and new not in psis and "refused" in psi:
             hi = (t["forward_minus_old"].get("interval") or [None, None])[1]
             psis[new] = not psi["refused"] and hi is not None and hi < 0

@@ -577,8 +577,7 @@ def _psi_verdict(top1: dict[str, Any], target: float) -> str:
 def _psi_fitted(metrics: str, new: str) -> dict[str, Any]:
     """What the upgrade stage decided of psi into ``new``'s space (metrics/compat.json's
     forward provenance): ``refused`` is its reason, or None when kept; {} without one."""
-    forward = (_json(f"{metrics}/compat.json") or {}).get("forward", {})
-    return (forward.get(new) or {}).get("psi") or {}
+    return _decisions().fitted_psi(metrics).get(new, {})
 
 
 def _psi_check_note(fitted: dict[str, Any], new: str, psi: dict[str, Any] | None) -> str:
@@ -1199,13 +1198,9 @@ def contract_validate() -> str:
 
 
 def _decisions() -> Any:
-    """scripts/decisions.py: the decision table and the maps' verdict agreement (issue 42)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("decisions", ROOT / "scripts" / "decisions.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    """scripts/decisions.py: the decision table, the maps' verdict agreement and what the upgrade
+    stage decided of each psi (issue 42)."""
+    return _script("decisions", ROOT / "scripts" / "decisions.py")
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
